@@ -1,0 +1,1 @@
+"""Switchyard: pre-answer retry and fallback for streaming LLM calls, as a mitmproxy addon."""

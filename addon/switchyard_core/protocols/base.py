@@ -1,0 +1,75 @@
+"""What every API classifier speaks: frame kinds, error facts, the Api interface.
+
+Classifiers only *describe* what a frame or body says (`ErrorInfo`); whether
+that is worth a retry is decided by `errors.ErrorPolicy`, because the answer
+depends on the user's `retry_on` and on response headers, not on the API.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..sse import SseEvent
+
+
+class FrameKind(enum.Enum):
+    KEEPALIVE = "keepalive"  # comment-only: never commits
+    LIFECYCLE = "lifecycle"  # staged until output
+    OUTPUT = "output"  # answer content: commits
+    TERMINAL = "terminal"  # a legitimate end with no content: commits
+    FAILURE = "failure"  # an error the provider reported
+    EMPTY_END = "empty_end"  # an end marker with nothing before it ([DONE] alone)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """The facts of one provider error, as found on the wire."""
+
+    status: int | None = None  # HTTP status, or a numeric code inside the body
+    code: str | None = None
+    type: str | None = None
+    message: str = ""
+    event_type: str | None = None  # the SSE event or frame type that carried it
+    retryable_hint: bool = False  # the carrier itself says "transient" (finish_reason "error")
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    kind: FrameKind
+    event_type: str | None = None
+    error: ErrorInfo | None = None
+
+    @property
+    def commits(self) -> bool:
+        return self.kind in (FrameKind.OUTPUT, FrameKind.TERMINAL)
+
+
+class StreamClassifier(Protocol):
+    """Classifies the frames of one stream, in order; holds per-stream state."""
+
+    def classify(self, event: SseEvent) -> Classification: ...
+
+    @property
+    def complete(self) -> bool:
+        """The API's end marker has been seen: a later EOF is a clean end."""
+        ...
+
+
+class Api(Protocol):
+    name: str
+
+    def stream_classifier(self) -> StreamClassifier: ...
+
+    def body_error(self, body: Any) -> ErrorInfo | None:
+        """The error a 2xx non-streaming JSON answer carries, if any."""
+        ...
+
+    def error_event(self, message: str, code: str) -> bytes:
+        """An in-band SSE error frame in this API's own shape."""
+        ...
+
+    def error_body(self, message: str, code: str) -> bytes:
+        """A JSON error body in this API's own shape."""
+        ...

@@ -1,0 +1,173 @@
+"""Reading provider errors and deciding what they are worth (DESIGN §3).
+
+Providers put the same transient overload in many places: a status, a code
+(string, number or numeric string), a type, or only a message.  `error_info`
+reads all of them out of any JSON error carrier; `ErrorPolicy.decide` applies
+the precedence the design fixes: `x-should-retry`, next-upstream-only codes,
+overload texts, retryable codes or types, `retry_on` statuses, else fatal.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .base import ErrorInfo
+
+
+class Decision(enum.Enum):
+    RETRY = "retry"  # same upstream within budget, then the next
+    NEXT_UPSTREAM = "next_upstream"  # skip the rest of this upstream's budget
+    FATAL = "fatal"  # return as sent, try nothing else
+
+
+DEFAULT_RETRY_ON: frozenset[int] = frozenset({408, 429, 500, 502, 503, 504, 529})
+
+RETRYABLE_CODES: frozenset[str] = frozenset(
+    {
+        "server_error",
+        "server_is_overloaded",
+        "slow_down",
+        "rate_limit_exceeded",
+        "overloaded_error",
+        "api_error",
+        "rate_limit_error",
+        "service_unavailable_error",
+        "insufficient_system_resource",  # DeepSeek: capacity, disguised as a finish reason
+    }
+)
+
+NEXT_UPSTREAM_CODES: frozenset[str] = frozenset(
+    {"context_length_exceeded", "insufficient_quota", "model_context_window_exceeded"}
+)
+
+# Anthropic reports an over-long prompt as invalid_request_error with only this text.
+NEXT_UPSTREAM_TEXTS: tuple[str, ...] = ("prompt is too long", "exceeds the context window")
+
+# Message-only capacity texts (reference §8), matched case-insensitively as
+# substrings, whatever the status or code beside them says.
+OVERLOAD_TEXTS: tuple[str, ...] = (
+    "servers are currently overloaded",
+    "servers are overloaded",
+    "server is overloaded",
+    "selected model is at capacity",
+    "the server had an error while processing your request",
+    "an error occurred while processing your request",
+    "currently overloaded with other requests",
+    "engine is currently overloaded",
+    "model is overloaded",
+    "experiencing high demand",
+)
+
+# Codes rewritten to `server_error` after output, so clients retry them.
+CAPACITY_CODES: frozenset[str] = frozenset({"server_is_overloaded", "slow_down"})
+
+MESSAGE_LIMIT = 300
+
+
+def _as_status(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and 100 <= value <= 599:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+        return number if 100 <= number <= 599 else None
+    return None
+
+
+def _as_text(value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return value
+    return None
+
+
+def error_info(
+    obj: Any, *, status: int | None = None, event_type: str | None = None
+) -> ErrorInfo | None:
+    """Read an error out of a decoded JSON value, or None if it holds none.
+
+    Accepts `{"error": {...}}` (OpenAI, Anthropic, Gemini, vLLM), `{"error":
+    "text"}`, an error object itself (`{"type": "error", "code": ..,
+    "message": ..}`), and vLLM's old top-level `{"object": "error", ...}`.
+    """
+    if not isinstance(obj, Mapping):
+        return None
+    inner = obj.get("error")
+    if isinstance(inner, Mapping) and inner:
+        source: Mapping[str, Any] = inner
+    elif isinstance(inner, str) and inner:
+        source = {"message": inner}
+    elif obj.get("type") == "error" or obj.get("object") == "error":
+        source = obj
+    else:
+        return None
+    raw_code = source.get("code")
+    code_status = _as_status(raw_code)
+    code = None if code_status is not None else _as_text(raw_code)
+    if isinstance(raw_code, int) and not isinstance(raw_code, bool) and code_status is None:
+        code = str(raw_code)
+    # Gemini: {"code": 503, "status": "UNAVAILABLE"}; Azure adds a numeric "status".
+    found_status = code_status or _as_status(source.get("status"))
+    if status is None or 200 <= status < 300:
+        status = found_status  # inside a 2xx answer, the body's own status counts
+    err_type = _as_text(source.get("type"))
+    if err_type == "error":
+        err_type = None
+    message = _as_text(source.get("message")) or _as_text(obj.get("message")) or ""
+    return ErrorInfo(
+        status=status,
+        code=code,
+        type=err_type,
+        message=message[:MESSAGE_LIMIT],
+        event_type=event_type,
+    )
+
+
+def http_error_info(status: int, body: bytes) -> ErrorInfo:
+    """The facts of a non-2xx answer, whatever its body looks like."""
+    info = None
+    try:
+        info = error_info(json.loads(body), status=status)
+    except (ValueError, RecursionError):
+        pass
+    if info is not None:
+        return ErrorInfo(
+            status=status, code=info.code, type=info.type, message=info.message, event_type="http"
+        )
+    text = body.decode("utf-8", errors="replace").strip()
+    return ErrorInfo(status=status, message=text[:MESSAGE_LIMIT], event_type="http")
+
+
+def has_overload_text(message: str) -> bool:
+    lowered = message.lower()
+    return any(text in lowered for text in OVERLOAD_TEXTS)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorPolicy:
+    retry_on: frozenset[int] = DEFAULT_RETRY_ON
+
+    def decide(self, info: ErrorInfo, should_retry: str | None = None) -> Decision:
+        if should_retry is not None:
+            flag = should_retry.strip().lower()
+            if flag == "true":
+                return Decision.RETRY
+            if flag == "false":
+                return Decision.FATAL
+        lowered = info.message.lower()
+        if info.code in NEXT_UPSTREAM_CODES or info.type in NEXT_UPSTREAM_CODES:
+            return Decision.NEXT_UPSTREAM
+        if any(text in lowered for text in NEXT_UPSTREAM_TEXTS):
+            return Decision.NEXT_UPSTREAM
+        if has_overload_text(lowered):
+            return Decision.RETRY
+        if info.code in RETRYABLE_CODES or info.type in RETRYABLE_CODES:
+            return Decision.RETRY
+        if info.retryable_hint and info.code is None and info.type is None:
+            return Decision.RETRY
+        if info.status is not None and info.status in self.retry_on:
+            return Decision.RETRY
+        return Decision.FATAL

@@ -1,0 +1,178 @@
+"""OpenAI Chat Completions (`/chat/completions`) and its compatibles.
+
+Answer content is anything a client would render or act on: text, refusal,
+reasoning, tool-call arguments, a legacy function call, a finish reason.
+Role-only chunks, tool-call headers with empty arguments, Azure's
+prompt-filter chunk and usage-only chunks are lifecycle.  Anything else in a
+delta fails closed as output.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from ..sse import SseEvent
+from .base import Classification, ErrorInfo, FrameKind
+from .errors import error_info
+
+NAME = "openai-chat"
+
+_KEEPALIVE = Classification(FrameKind.KEEPALIVE)
+_LIFECYCLE = Classification(FrameKind.LIFECYCLE, "chunk")
+_OUTPUT = Classification(FrameKind.OUTPUT, "chunk")
+_FINISH = Classification(FrameKind.OUTPUT, "finish")
+_UNKNOWN = Classification(FrameKind.OUTPUT, "unknown")
+
+# finish reasons that report a failure instead of an end
+_FAILED_FINISH = {"error", "insufficient_system_resource"}
+
+
+def _tool_calls_carry_output(calls: Any) -> bool:
+    if not isinstance(calls, list):
+        return bool(calls)
+    for call in calls:
+        if not isinstance(call, Mapping):
+            return True
+        function = call.get("function")
+        if isinstance(function, Mapping) and function.get("arguments"):
+            return True
+        for key, value in call.items():
+            if key not in ("index", "id", "type", "function") and value:
+                return True
+    return False
+
+
+def _delta_carries_output(delta: Any) -> bool:
+    if not isinstance(delta, Mapping):
+        return bool(delta)
+    for key, value in delta.items():
+        if key == "role" or not value:
+            continue  # empty content, null refusal, "" reasoning_content ...
+        if key == "tool_calls":
+            if _tool_calls_carry_output(value):
+                return True
+            continue
+        return True  # content, refusal, reasoning, function_call, audio, anything new
+    return False
+
+
+def _choice_error(choice: Mapping[str, Any], top: Mapping[str, Any]) -> ErrorInfo:
+    found = error_info(choice) or error_info(top)
+    reason = choice.get("finish_reason")
+    if found is not None:
+        return ErrorInfo(
+            status=found.status,
+            code=found.code,
+            type=found.type,
+            message=found.message,
+            event_type="finish_reason",
+            retryable_hint=True,
+        )
+    if reason == "insufficient_system_resource":
+        return ErrorInfo(
+            code="insufficient_system_resource",
+            message="finish_reason insufficient_system_resource",
+            event_type="finish_reason",
+        )
+    return ErrorInfo(message="finish_reason error", event_type="finish_reason", retryable_hint=True)
+
+
+class ChatStream:
+    """Classifies one Chat Completions stream and tracks its end marker."""
+
+    __slots__ = ("_seen_output", "_done", "_choices", "_finished")
+
+    def __init__(self) -> None:
+        self._seen_output = False
+        self._done = False
+        self._choices: set[int] = set()
+        self._finished: set[int] = set()
+
+    @property
+    def complete(self) -> bool:
+        return self._done or (bool(self._choices) and self._choices <= self._finished)
+
+    def classify(self, event: SseEvent) -> Classification:
+        result = self._classify(event)
+        if result.kind is FrameKind.OUTPUT:
+            self._seen_output = True
+        return result
+
+    def _classify(self, event: SseEvent) -> Classification:
+        if event.comment_only:
+            return _KEEPALIVE
+        data = event.data
+        if data is None:
+            return _LIFECYCLE if event.event else _KEEPALIVE
+        if data.startswith("[DONE]"):
+            self._done = True
+            if self._seen_output:
+                return Classification(FrameKind.TERMINAL, "[DONE]")
+            return Classification(FrameKind.EMPTY_END, "[DONE]")
+        obj = event.json()
+        if event.event == "error":
+            info = error_info(obj, event_type="error") or ErrorInfo(
+                message=data[:300], event_type="error"
+            )
+            return Classification(FrameKind.FAILURE, "error", info)
+        if not isinstance(obj, Mapping):
+            return _UNKNOWN
+        choices = obj.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, Mapping) and choice.get("finish_reason") in _FAILED_FINISH:
+                    if choice.get("finish_reason") == "error" or not self._seen_output:
+                        return Classification(
+                            FrameKind.FAILURE, "finish_reason", _choice_error(choice, obj)
+                        )
+        info = error_info(obj, event_type="bare_json" if event.bare_json else "chunk")
+        if info is not None:
+            return Classification(FrameKind.FAILURE, info.event_type, info)
+        if choices is None:
+            return _LIFECYCLE if "usage" in obj or "prompt_filter_results" in obj else _UNKNOWN
+        if not isinstance(choices, list):
+            return _UNKNOWN
+        result = _LIFECYCLE
+        for choice in choices:
+            if not isinstance(choice, Mapping):
+                return _UNKNOWN
+            index = choice.get("index", 0)
+            index = index if isinstance(index, int) else 0
+            self._choices.add(index)
+            if choice.get("finish_reason"):
+                self._finished.add(index)
+                result = _FINISH
+            elif _delta_carries_output(choice.get("delta")) and result is _LIFECYCLE:
+                result = _OUTPUT
+        return result
+
+
+class OpenAIChat:
+    name = NAME
+
+    def stream_classifier(self) -> ChatStream:
+        return ChatStream()
+
+    def body_error(self, body: Any) -> ErrorInfo | None:
+        if not isinstance(body, Mapping):
+            return None
+        found = error_info(body, event_type="body")
+        if found is not None:
+            return found
+        choices = body.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, Mapping) and choice.get("finish_reason") in _FAILED_FINISH:
+                    message = choice.get("message")
+                    if isinstance(message, Mapping) and message.get("content"):
+                        continue
+                    return _choice_error(choice, body)
+        return None
+
+    def error_event(self, message: str, code: str) -> bytes:
+        return b"data: " + self.error_body(message, code) + b"\n\n"
+
+    def error_body(self, message: str, code: str) -> bytes:
+        error = {"message": message, "type": "server_error", "param": None, "code": code}
+        return json.dumps({"error": error}).encode()
