@@ -173,13 +173,18 @@ class FrameSplitter:
         self._scan = i
         return frames
 
-    def finish(self) -> list[Frame]:
-        """End of stream: an unterminated tail becomes a last frame."""
+    def drain(self) -> bytes:
+        """Hand back the incomplete tail unparsed and start over."""
         tail = bytes(self._buf)
         self._buf.clear()
         self._scan = 0
         self._line_start = True
         self._line_has_text = False
+        return tail
+
+    def finish(self) -> list[Frame]:
+        """End of stream: an unterminated tail becomes a last frame."""
+        tail = self.drain()
         return [Frame(tail)] if tail else []
 
 

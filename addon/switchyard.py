@@ -1,0 +1,19 @@
+"""Switchyard: survive LLM provider failures that arrive before the answer.
+
+Load with `mitmdump -s addon/switchyard.py` (or mitmweb).  Everything lives in
+the `switchyard_core` package beside this file; this script only wires it up.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Make the package importable even when it was not installed (plain `-s` use).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from switchyard_core.addons import Router, RulesKeeper  # noqa: E402
+
+_rules = RulesKeeper()
+
+addons = [_rules, Router(_rules)]

@@ -1,0 +1,208 @@
+"""Routes matched flows through the loopback relay and shows mitmweb the truth.
+
+`request` records the original request and re-aims the flow at the relay with
+a single-use token.  `responseheaders` enables streaming for the relay's SSE
+answer and puts back the URL of the upstream that answered; `response` does
+it again (headers may have left before the winner was known) and writes the
+flow's story into its metadata and comment.  Flows that match no route are
+never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from typing import Any
+
+from mitmproxy import command, connection, ctx, http
+from mitmproxy.proxy import mode_specs
+
+from .. import observe
+from ..relay import TOKEN_HEADER, Exchange, OriginalRequest, Relay, UpstreamClient
+from .rules_keeper import RulesKeeper
+
+METADATA_KEY = "switchyard"
+DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer kept for mitmweb
+
+
+def _upstream_proxy() -> str | None:
+    for spec in ctx.options.mode:
+        mode = mode_specs.ProxyMode.parse(spec)
+        if isinstance(mode, mode_specs.UpstreamMode):
+            host, port = mode.address
+            return f"{mode.scheme}://{host}:{port}"
+    return None
+
+
+class _DisplayCopy:
+    """A stream callback that passes bytes through and keeps a bounded copy."""
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.size = 0
+
+    def __call__(self, data: bytes) -> bytes:
+        if self.size < DISPLAY_LIMIT:
+            self.chunks.append(data)
+            self.size += len(data)
+        return data
+
+
+class Router:
+    def __init__(self, keeper: RulesKeeper) -> None:
+        self.keeper = keeper
+        self.relay: Relay | None = None
+        self._live: dict[str, Exchange] = {}  # flow id -> exchange
+        self.counters: Counter[str] = Counter()
+
+    # --- lifecycle ------------------------------------------------------------
+
+    def configure(self, updated: set[str]) -> None:
+        if self.relay is not None and updated & {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "mode"}:
+            self.relay.http = self._upstream_client()
+
+    def _upstream_client(self) -> UpstreamClient:
+        return UpstreamClient(
+            verify=not ctx.options.ssl_insecure,
+            ca_file=ctx.options.ssl_verify_upstream_trusted_ca,
+            proxy=_upstream_proxy(),
+        )
+
+    async def running(self) -> None:
+        await self._ensure_relay()
+
+    async def done(self) -> None:
+        if self.relay is not None:
+            await self.relay.stop()
+            self.relay = None
+
+    async def _ensure_relay(self) -> Relay:
+        if self.relay is None:
+            self.relay = Relay(self._upstream_client())
+        await self.relay.start()
+        return self.relay
+
+    # --- hooks ------------------------------------------------------------------
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        rules = self.keeper.rules
+        if rules is None or flow.response is not None or flow.id in self._live:
+            return
+        route = rules.route_for(flow.request.host, flow.request.path, lambda: _model_of(flow))
+        if route is None:
+            return
+        relay = await self._ensure_relay()
+        assert relay.port is not None
+        request = flow.request
+        original = OriginalRequest(
+            method=request.method,
+            url=request.url,
+            headers=tuple(request.headers.items(multi=True)),
+            body=request.raw_content or b"",
+        )
+        exchange = relay.register(route, original)
+        self._live[flow.id] = exchange
+        flow.metadata[METADATA_KEY] = {"route": route.name, "original_url": original.url}
+        request.scheme = "http"
+        request.host = "127.0.0.1"
+        request.port = relay.port
+        request.headers[TOKEN_HEADER] = exchange.token
+        # a fresh server connection: plain, loopback, no upstream proxy in between
+        flow.server_conn = connection.Server(address=("127.0.0.1", relay.port))
+        self.counters["routed"] += 1
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        exchange = self._live.get(flow.id)
+        if exchange is None or flow.response is None:
+            return
+        self._restore(flow, exchange)
+        if "text/event-stream" in flow.response.headers.get("content-type", "").lower():
+            flow.response.stream = _DisplayCopy()
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        exchange = self._live.pop(flow.id, None)
+        if exchange is None or flow.response is None:
+            return
+        self._restore(flow, exchange)
+        stream = flow.response.stream
+        if isinstance(stream, _DisplayCopy) and not flow.response.raw_content:
+            flow.response.content = b"".join(stream.chunks)
+        self._annotate(flow, exchange)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        exchange = self._live.pop(flow.id, None)
+        if exchange is not None:
+            if self.relay is not None:
+                self.relay.forget(exchange.token)
+            self._restore(flow, exchange)
+            self._annotate(flow, exchange)
+
+    # --- display --------------------------------------------------------------
+
+    def _restore(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
+        """Show the upstream that answered (or the original) instead of the relay."""
+        request = flow.request
+        request.headers.pop(TOKEN_HEADER, None)
+        original_host = next((v for k, v in exchange.request.headers if k.lower() == "host"), None)
+        request.url = exchange.answered_url or exchange.request.url
+        if exchange.answered_url in (None, exchange.request.url) and original_host is not None:
+            request.headers["Host"] = original_host
+
+    def _annotate(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
+        attempts = [record.as_dict() for record in exchange.attempts]
+        flow.metadata[METADATA_KEY] = {
+            "route": exchange.route.name,
+            "api": exchange.route.api,
+            "outcome": exchange.outcome,
+            "answered_by": exchange.answered_by,
+            "attempts": attempts,
+            "suppressed_failover": exchange.suppressed_failover,
+        }
+        failed = [r for r in exchange.attempts if r.outcome not in ("committed", "pending")]
+        if failed:
+            self.counters["failed_attempts"] += len(failed)
+            first = failed[0]
+            what = " ".join(str(x) for x in (first.status, first.code, first.message) if x)
+            if exchange.answered_by and exchange.outcome == "committed":
+                self.counters["fallbacks"] += 1
+                flow.comment = f"{first.upstream}: {what} before output → {exchange.answered_by} answered"
+                flow.marked = ":arrows_counterclockwise:"
+            else:
+                flow.comment = f"{first.upstream}: {what}; {exchange.outcome}"
+        if exchange.suppressed_failover:
+            self.counters["suppressed_failovers"] += 1
+            flow.marked = flow.marked or ":warning:"
+        self.counters["attempts"] += len(exchange.attempts)
+
+    # --- commands -------------------------------------------------------------
+
+    @command.command("switchyard.status")
+    def status(self) -> str:
+        """Routes, upstreams (with whether their credentials are present) and counters."""
+        rules = self.keeper.rules
+        lines = [f"rules: {rules.source if rules else '(none loaded)'}"]
+        for route in rules.routes if rules else ():
+            lines.append(f"route {route.name} ({route.api})")
+            for upstream in route.upstreams:
+                where = "original destination" if upstream.is_original else upstream.url
+                auth = "own auth set" if upstream.auth else ("client's credentials" if upstream.is_original else "no auth")
+                lines.append(f"  upstream {upstream.name}: {where}; {auth}; retries={upstream.retries}")
+        for warning in rules.warnings if rules else ():
+            lines.append(f"warning: {warning}")
+        counts = ", ".join(f"{k}={self.counters[k]}" for k in ("routed", "attempts", "failed_attempts", "fallbacks", "suppressed_failovers"))
+        lines.append(f"counters: {counts}")
+        text = "\n".join(lines)
+        logging.getLogger("switchyard").info(text)
+        return text
+
+
+def _model_of(flow: http.HTTPFlow) -> str | None:
+    try:
+        body: Any = json.loads(flow.request.get_content(strict=False) or b"")
+    except (ValueError, RecursionError):
+        return None
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) else None

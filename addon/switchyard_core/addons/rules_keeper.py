@@ -1,0 +1,107 @@
+"""Owns the active rules: the `switchyard_rules` option, reloads, hot edits.
+
+A broken file at start-up is an ERROR log line naming file, line and field,
+which makes mitmdump exit.  A broken edit during a run keeps the last good
+rules and says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from mitmproxy import command, ctx, exceptions
+
+from .. import observe
+from ..rules import Rules, RulesError, default_rules_path, load_rules
+
+log = logging.getLogger("switchyard")
+
+WATCH_INTERVAL_S = 1.0
+
+
+class RulesKeeper:
+    def __init__(self) -> None:
+        self.rules: Rules | None = None
+        self._mtime: float | None = None
+        self._watcher: asyncio.Task[None] | None = None
+
+    def load(self, loader) -> None:  # type: ignore[no-untyped-def]
+        loader.add_option(
+            name="switchyard_rules",
+            typespec=str,
+            default="",
+            help="Path of Switchyard's rules.yaml. Default: ./rules.yaml if present, "
+            "else the rules.yaml shipped with the addon.",
+        )
+
+    @property
+    def path(self) -> Path:
+        configured = ctx.options.switchyard_rules
+        return Path(configured).expanduser() if configured else default_rules_path()
+
+    def configure(self, updated: set[str]) -> None:
+        if "switchyard_rules" not in updated:
+            return
+        try:
+            self._apply(load_rules(self.path))
+        except RulesError as exc:
+            if self.rules is None:
+                # At start-up an ERROR log makes mitmdump exit with status 1.
+                log.error("switchyard.rules_invalid %s", exc)
+                return
+            raise exceptions.OptionsError(f"switchyard: {exc} (keeping the last good rules)") from None
+
+    def running(self) -> None:
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch())
+
+    def done(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+
+    @command.command("switchyard.reload")
+    def reload(self) -> None:
+        """Read the rules file again; a broken file keeps the last good rules."""
+        self._reload(reason="command")
+
+    def _reload(self, *, reason: str) -> bool:
+        try:
+            rules = load_rules(self.path)
+        except RulesError as exc:
+            self._mtime = self._current_mtime()
+            observe.emit(logging.ERROR if self.rules is None else logging.WARNING,
+                         "switchyard.rules_invalid", reason=reason, error=str(exc),
+                         kept="last good rules" if self.rules else None)
+            return False
+        self._apply(rules)
+        return True
+
+    def _apply(self, rules: Rules) -> None:
+        first = self.rules is None
+        self.rules = rules
+        self._mtime = self._current_mtime()
+        for warning in rules.warnings:
+            log.warning("switchyard.rules_warning %s", warning)
+        observe.emit(
+            logging.INFO,
+            "switchyard.rules_loaded" if first else "switchyard.rules_reloaded",
+            path=str(rules.source),
+            routes=",".join(route.name for route in rules.routes) or "(none)",
+        )
+
+    def _current_mtime(self) -> float | None:
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return None
+
+    async def _watch(self) -> None:
+        """Apply edits of the rules file while running (polling: no extra dependency)."""
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            mtime = self._current_mtime()
+            if mtime is not None and mtime != self._mtime:
+                self._reload(reason="file changed")

@@ -1,0 +1,135 @@
+"""The staging gate: what of an upstream's stream may reach the client, and when.
+
+Pure logic over bytes.  Before the first output, frames are held (staged);
+the first output or terminal frame commits: everything staged goes out in
+order, and from then on complete frames pass through as they arrive, all
+frames of one read in one write.  A failure before commit is reported and
+nothing is emitted, so the attempt can be discarded.  After commit failures
+are still recognised (to log them and rewrite capacity codes) but never stop
+the stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .protocols.base import Classification, ErrorInfo, FrameKind, StreamClassifier
+from .protocols.errors import CAPACITY_CODES
+from .sse import Frame, FrameSplitter
+
+EOF_BEFORE_OUTPUT = ErrorInfo(
+    message="upstream closed the stream before any output", event_type="eof", retryable_hint=True
+)
+EMPTY_ANSWER = ErrorInfo(
+    message="upstream ended the stream ([DONE]) before any output", event_type="[DONE]", retryable_hint=True
+)
+
+
+@dataclass(slots=True)
+class GateStep:
+    emit: bytes = b""  # bytes for the client now
+    committed: bool = False  # this step made the first commit
+    failure: Classification | None = None  # a failure before output: discard the attempt
+    failures_after_output: list[Classification] = field(default_factory=list)
+    first_event: str | None = None  # the frame that committed, for logs
+
+
+def _rewrite_capacity_codes(raw: bytes) -> bytes:
+    for code in CAPACITY_CODES:
+        raw = raw.replace(b'"' + code.encode() + b'"', b'"server_error"')
+    return raw
+
+
+class Gate:
+    __slots__ = (
+        "_classifier",
+        "_splitter",
+        "_staged",
+        "_staged_size",
+        "_limit",
+        "_rewrite",
+        "committed",
+        "_failed_frames",
+        "_passthrough",
+    )
+
+    def __init__(self, classifier: StreamClassifier, *, staging_limit: int, rewrite_capacity_codes: bool) -> None:
+        self._classifier = classifier
+        self._splitter = FrameSplitter()
+        self._staged: list[bytes] = []
+        self._staged_size = 0
+        self._limit = staging_limit
+        self._rewrite = rewrite_capacity_codes
+        self.committed = False
+        self._failed_frames: list[bytes] = []  # the failure frame and what followed it in its read
+        self._passthrough = False
+
+    @property
+    def complete(self) -> bool:
+        return self._classifier.complete
+
+    @property
+    def staged_size(self) -> int:
+        return self._staged_size
+
+    def feed(self, chunk: bytes) -> GateStep:
+        if self._passthrough:
+            return GateStep(emit=chunk)
+        return self._frames(self._splitter.feed(chunk))
+
+    def finish(self) -> GateStep:
+        """End of the upstream body."""
+        if self._passthrough:
+            return GateStep()
+        step = self._frames(self._splitter.finish())
+        if not self.committed and step.failure is None:
+            step.failure = Classification(FrameKind.FAILURE, "eof", EOF_BEFORE_OUTPUT)
+        return step
+
+    def give_up(self) -> bytes:
+        """Forward the failed attempt as the provider sent it; pass the rest through."""
+        self._passthrough = True
+        self.committed = True
+        held = b"".join(self._staged) + b"".join(self._failed_frames) + self._splitter.drain()
+        self._staged.clear()
+        self._failed_frames.clear()
+        return held
+
+    def _frames(self, frames: list[Frame]) -> GateStep:
+        step = GateStep()
+        if not frames:
+            return step
+        out: list[bytes] = []
+        for index, frame in enumerate(frames):
+            if self.committed:
+                out.append(self._after_output(frame, step))
+                continue
+            result = self._classifier.classify(frame.event)
+            kind = result.kind
+            if kind is FrameKind.FAILURE or kind is FrameKind.EMPTY_END:
+                if kind is FrameKind.EMPTY_END:
+                    result = Classification(FrameKind.FAILURE, result.event_type, EMPTY_ANSWER)
+                step.failure = result
+                self._failed_frames = [f.raw for f in frames[index:]]
+                return step
+            self._staged.append(frame.raw)
+            self._staged_size += len(frame.raw)
+            if result.commits or self._staged_size > self._limit:
+                self.committed = True
+                step.committed = True
+                step.first_event = result.event_type if result.commits else "staging_limit"
+                out.extend(self._staged)
+                self._staged.clear()
+                self._staged_size = 0
+        if out:
+            step.emit = out[0] if len(out) == 1 else b"".join(out)
+        return step
+
+    def _after_output(self, frame: Frame, step: GateStep) -> bytes:
+        result = self._classifier.classify(frame.event)
+        if result.kind is FrameKind.FAILURE:
+            step.failures_after_output.append(result)
+            info = result.error
+            if self._rewrite and info is not None and info.code in CAPACITY_CODES:
+                return _rewrite_capacity_codes(frame.raw)
+        return frame.raw

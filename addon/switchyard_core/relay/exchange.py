@@ -1,0 +1,77 @@
+"""The state of one routed client request, shared by the addon hooks and the relay.
+
+Both run in mitmproxy's event loop, so the addon records an `Exchange` in the
+`request` hook and reads back from it in `responseheaders`/`response` which
+upstream answered; no locking is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..rules import Route
+
+
+@dataclass(frozen=True, slots=True)
+class OriginalRequest:
+    """The client's request as it reached mitmproxy, before any rewrite."""
+
+    method: str
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+    def json_body(self) -> Any:
+        try:
+            return json.loads(self.body) if self.body else None
+        except (ValueError, RecursionError):
+            return None
+
+    @property
+    def wants_stream(self) -> bool:
+        body = self.json_body()
+        return isinstance(body, dict) and body.get("stream") is True
+
+
+@dataclass(slots=True)
+class AttemptRecord:
+    """One try of one upstream: what a person debugging a failure needs to see."""
+
+    attempt: int
+    upstream: str
+    url: str
+    started: float
+    outcome: str = "pending"  # committed | retry | next_upstream | fatal | gave_up | ...
+    phase: str = "connect"  # connect | headers | staging | output
+    status: int | None = None
+    code: str | None = None
+    message: str | None = None
+    event_type: str | None = None
+    request_id: str | None = None
+    duration_s: float | None = None
+
+    def finish(self, outcome: str) -> None:
+        self.outcome = outcome
+        self.duration_s = round(time.monotonic() - self.started, 4)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__ if name != "started"}
+
+
+@dataclass(slots=True)
+class Exchange:
+    token: str
+    route: Route
+    request: OriginalRequest
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    answered_by: str | None = None  # upstream name whose answer the client got
+    answered_url: str | None = None
+    suppressed_failover: bool = False
+    outcome: str = "pending"  # committed | fallback | gave_up | exhausted | client_gone
+
+    @property
+    def fell_back(self) -> bool:
+        return len(self.attempts) > 1 and self.outcome in ("committed",)

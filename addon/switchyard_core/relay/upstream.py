@@ -1,0 +1,220 @@
+"""HTTP plumbing towards upstreams: building each attempt's request, opening it.
+
+Kept apart from the attempt loop so that the loop reads as policy.  The
+upstream client never reads proxy settings from the environment: the user's
+HTTPS_PROXY usually points at mitmproxy itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit, parse_qsl, urlencode
+
+import aiohttp
+
+from ..rules import Upstream
+from .exchange import OriginalRequest
+
+# Never forwarded: connection-level, recomputed, or ours.
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+
+# The client's credentials: never sent to an upstream on another origin.
+CREDENTIAL_HEADERS = frozenset(
+    {
+        "authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "openai-organization",
+        "openai-project",
+        "anthropic-admin-api-key",
+    }
+)
+_CREDENTIAL_QUERY = frozenset({"key", "api_key", "api-key", "apikey"})
+
+# Response headers that describe the upstream's framing, not the content we relay.
+RESPONSE_DROP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "content-encoding",
+        "trailer",
+        "upgrade",
+    }
+)
+
+REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-generation-id", "apim-request-id", "cf-ray")
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or (443 if scheme == "https" else 80)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    method: str
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequest:
+    """The request one upstream receives: the client's, re-aimed and re-credentialed."""
+    url = original.url
+    if upstream.url is not None:
+        target = urlsplit(upstream.url)
+        query = target.query
+        if not query:
+            query = urlsplit(original.url).query
+        url = urlunsplit((target.scheme, target.netloc, target.path, query, ""))
+    cross_origin = _origin(url) != _origin(original.url)
+    if cross_origin:
+        parts = urlsplit(url)
+        if parts.query:
+            kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() not in _CREDENTIAL_QUERY]
+            url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), ""))
+    replaced = {name.lower() for name, _ in upstream.headers}
+    if upstream.auth is not None:
+        replaced.add(upstream.auth[0].lower())
+    headers: list[tuple[str, str]] = []
+    for name, value in original.headers:
+        lowered = name.lower()
+        if lowered in _HOP_BY_HOP or lowered in replaced or lowered.startswith("x-switchyard-"):
+            continue
+        if cross_origin and lowered in CREDENTIAL_HEADERS:
+            continue
+        headers.append((name, value))
+    headers.extend(upstream.headers)
+    if upstream.auth is not None:
+        headers.append(upstream.auth)
+    body = original.body
+    if upstream.model is not None:
+        body = _with_model(body, upstream.model)
+    return UpstreamRequest(original.method, url, tuple(headers), body)
+
+
+def _with_model(body: bytes, model: str) -> bytes:
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+    if not isinstance(data, dict):
+        return body
+    data["model"] = model
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def request_id(headers: "aiohttp.typedefs.LooseHeaders | object") -> str | None:
+    getter = getattr(headers, "get", None)
+    if getter is None:
+        return None
+    for name in REQUEST_ID_HEADERS:
+        value = getter(name)
+        if value:
+            return str(value)[:100]
+    return None
+
+
+def client_headers(upstream_headers: "aiohttp.typedefs.LooseHeaders") -> list[tuple[str, str]]:
+    """The upstream's response headers as the client should get them."""
+    return [
+        (name, value)
+        for name, value in upstream_headers.items()  # type: ignore[union-attr]
+        if name.lower() not in RESPONSE_DROP and not name.lower().startswith("x-switchyard-")
+    ]
+
+
+async def read_some(stream: aiohttp.StreamReader) -> tuple[bytes, BaseException | None]:
+    """Next bytes of a body, and the error that ended it, if any.
+
+    aiohttp's `readany()` raises a pending connection error before returning
+    bytes it already received; output followed at once by a reset would then
+    look like a reset before output and be replayed.  So on error, salvage
+    what was buffered first.
+    """
+    try:
+        return await stream.readany(), None
+    except (aiohttp.ClientError, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
+        buffered = getattr(stream, "_buffer", None)
+        if not buffered:
+            return b"", exc
+        offset = getattr(stream, "_buffer_offset", 0)
+        chunks = [bytes(chunk) for chunk in buffered]
+        buffered.clear()
+        if chunks and offset:
+            chunks[0] = chunks[0][offset:]
+        return b"".join(chunks), exc
+
+
+class UpstreamClient:
+    """One aiohttp session for all upstream attempts of the relay."""
+
+    def __init__(self, *, verify: bool = True, ca_file: str | None = None, proxy: str | None = None) -> None:
+        self._verify = verify
+        self._ca_file = ca_file
+        self._proxy = proxy
+        self._session: aiohttp.ClientSession | None = None
+
+    def _ssl(self) -> ssl.SSLContext | bool:
+        if not self._verify:
+            return False
+        context = ssl.create_default_context(cafile=self._ca_file) if self._ca_file else ssl.create_default_context()
+        return context
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=0, ttl_dns_cache=60)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                trust_env=False,
+                auto_decompress=True,
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
+        return self._session
+
+    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float) -> aiohttp.ClientResponse:
+        """Send the request; returns once response headers arrived."""
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=None,
+            sock_connect=connect_timeout_s or None,
+            sock_read=None,
+        )
+        return await self.session().request(
+            request.method,
+            request.url,
+            headers=list(request.headers),
+            data=request.body if request.body else None,
+            timeout=timeout,
+            allow_redirects=False,
+            proxy=self._proxy,
+        )
+
+    async def close(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None

@@ -1,0 +1,284 @@
+"""Read `rules.yaml` into runtime routes, with errors that name file, line and field.
+
+YAML is composed into nodes first so that every key keeps its line; pydantic
+validates the plain data; a validation error's location is then mapped back to
+the deepest node that exists.  `${VAR}` is expanded only in an upstream's
+`url`, `auth.value` and `headers` values, the places secrets belong; an
+upstream whose variable is unset is skipped with one warning.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from pydantic import ValidationError
+
+from ..protocols import api_for_path
+from ..protocols.errors import DEFAULT_RETRY_ON
+from .schema import FaultSpec, RouteSpec, RulesFile, Settings, UpstreamSpec
+
+SHIPPED_RULES = Path(__file__).resolve().parents[3] / "rules.yaml"
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class RulesError(Exception):
+    """A rules file that cannot be used; the message names file, line and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSettings:
+    retries: int = 1
+    backoff_ms: int = 250
+    max_backoff_ms: int = 4000
+    connect_timeout_s: float = 10.0
+    headers_timeout_s: float = 30.0
+    first_output_timeout_s: float = 0.0
+    request_timeout_s: float = 600.0
+    idle_timeout_s: float = 60.0
+    pre_answer_keepalive_s: float = 15.0
+    staging_limit: int = 8 * 1024 * 1024
+    rewrite_capacity_codes: bool = True
+    retry_on: frozenset[int] = DEFAULT_RETRY_ON
+
+    def overlay(self, spec: Settings) -> "AttemptSettings":
+        changes: dict[str, Any] = {}
+        for name in Settings.model_fields:
+            value = getattr(spec, name)
+            if value is not None:
+                changes[name] = frozenset(value) if name == "retry_on" else value
+        return _replace(self, changes)
+
+
+def _replace(settings: AttemptSettings, changes: dict[str, Any]) -> AttemptSettings:
+    values = {name: getattr(settings, name) for name in AttemptSettings.__slots__}
+    values.update(changes)
+    return AttemptSettings(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    name: str
+    url: str | None  # None: the request's own destination
+    model: str | None
+    retries: int
+    auth: tuple[str, str] | None
+    headers: tuple[tuple[str, str], ...]
+
+    @property
+    def is_original(self) -> bool:
+        return self.url is None
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    name: str
+    api: str
+    upstreams: tuple[Upstream, ...]
+    settings: AttemptSettings
+    host: str | None = None
+    path: str | None = None
+    model: str | None = None
+
+    def matches(self, host: str, path: str, model: Callable[[], str | None]) -> bool:
+        if self.host is not None and not fnmatchcase(host.lower(), self.host.lower()):
+            return False
+        if self.path is not None and not fnmatchcase(path, self.path):
+            return False
+        if self.model is not None:
+            wanted = model()
+            if wanted is None or not fnmatchcase(wanted, self.model):
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    source: Path
+    routes: tuple[Route, ...] = ()
+    faults: tuple[FaultSpec, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    def route_for(self, host: str, path: str, model: Callable[[], str | None]) -> Route | None:
+        path = path.split("?", 1)[0]
+        for route in self.routes:
+            if route.matches(host, path, model):
+                return route
+        return None
+
+
+def default_rules_path(cwd: Path | None = None) -> Path:
+    local = (cwd or Path.cwd()) / "rules.yaml"
+    return local if local.is_file() else SHIPPED_RULES
+
+
+# --- YAML with line numbers -------------------------------------------------
+
+
+def _record_lines(node: yaml.Node, path: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> None:
+    """Map each key path (as pydantic reports locations) to its line in the file."""
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = path + (key_node.value,)
+            lines[key] = key_node.start_mark.line + 1
+            _record_lines(value_node, key, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _record_lines(item, path + (index,), lines)
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def _line_of(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int:
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return 1
+
+
+def _compose(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        raise RulesError(f"{path}:{line}: invalid YAML: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise RulesError(f"{path}: invalid YAML: {exc}") from None
+    if root is None:
+        raise RulesError(f"{path}:1: the file is empty; it needs at least `version: 1`")
+    lines: dict[tuple[Any, ...], int] = {}
+    _record_lines(root, (), lines)
+    try:
+        data = yaml.SafeLoader("").construct_document(root)
+    except yaml.YAMLError as exc:
+        raise RulesError(f"{path}: invalid YAML: {exc}") from None
+    return data, lines
+
+
+# --- resolution -------------------------------------------------------------
+
+
+def _expand(text: str, missing: set[str]) -> str:
+    def sub(found: re.Match[str]) -> str:
+        value = os.environ.get(found.group(1))
+        if value is None or value == "":
+            missing.add(found.group(1))
+            return ""
+        return value
+
+    return _VAR.sub(sub, text)
+
+
+def _resolve_upstream(
+    spec: UpstreamSpec, route_retries: int, where: str, warnings: list[str]
+) -> Upstream | None:
+    missing: set[str] = set()
+    url = None if spec.url == "original" else _expand(spec.url, missing)
+    auth = (spec.auth.header, _expand(spec.auth.value, missing)) if spec.auth else None
+    headers = tuple((name, _expand(value, missing)) for name, value in spec.headers.items())
+    if missing:
+        names = ", ".join(f"${{{name}}}" for name in sorted(missing))
+        warnings.append(f"{where}: upstream {spec.name!r} skipped: {names} is not set")
+        return None
+    return Upstream(
+        name=spec.name,
+        url=url,
+        model=spec.model,
+        retries=spec.retries if spec.retries is not None else route_retries,
+        auth=auth,
+        headers=headers,
+    )
+
+
+def _check_url(url: str, field_loc: tuple[Any, ...], path: Path, lines: dict) -> None:
+    if url == "original" or "${" in url:
+        return
+    if not re.match(r"^https?://[^/\s]+", url):
+        line = _line_of(field_loc, lines)
+        raise RulesError(
+            f"{path}:{line}: {_field_name(field_loc)}: must be `original` or an http(s) URL, got {url!r}"
+        )
+
+
+def load_rules(path: Path) -> Rules:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RulesError(f"{path}: cannot read rules: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RulesError(f"{path}: not UTF-8 text: {exc}") from None
+    data, lines = _compose(path, text)
+    try:
+        parsed = RulesFile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = tuple(first["loc"])
+        line = _line_of(loc, lines)
+        more = len(exc.errors()) - 1
+        extra = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+        raise RulesError(f"{path}:{line}: {_field_name(loc)}: {first['msg']}{extra}") from None
+
+    def fail(loc: tuple[Any, ...], message: str) -> RulesError:
+        return RulesError(f"{path}:{_line_of(loc, lines)}: {_field_name(loc)}: {message}")
+
+    defaults = AttemptSettings().overlay(parsed.defaults)
+    warnings: list[str] = []
+    routes: list[Route] = []
+    seen_routes: set[str] = set()
+    for r_index, spec in enumerate(parsed.routes):
+        base = ("routes", r_index)
+        if spec.name in seen_routes:
+            raise fail(base + ("name",), f"duplicate route name {spec.name!r}")
+        seen_routes.add(spec.name)
+        api = spec.api or (api_for_path(spec.match.path) if spec.match.path else None)
+        if api is None:
+            raise fail(base + ("api",), "cannot infer the API from match.path; set api: openai-chat, openai-responses or anthropic-messages")
+        settings = defaults.overlay(spec)
+        seen_upstreams: set[str] = set()
+        upstreams: list[Upstream] = []
+        for u_index, upstream_spec in enumerate(spec.upstreams):
+            u_loc = base + ("upstreams", u_index)
+            if upstream_spec.name in seen_upstreams:
+                raise fail(u_loc + ("name",), f"duplicate upstream name {upstream_spec.name!r}")
+            seen_upstreams.add(upstream_spec.name)
+            _check_url(upstream_spec.url, u_loc + ("url",), path, lines)
+            where = f"{path}:{_line_of(u_loc, lines)}"
+            resolved = _resolve_upstream(upstream_spec, settings.retries, where, warnings)
+            if resolved is not None:
+                upstreams.append(resolved)
+        if not upstreams:
+            warnings.append(f"{path}:{_line_of(base, lines)}: route {spec.name!r} disabled: no usable upstream")
+            continue
+        routes.append(
+            Route(
+                name=spec.name,
+                api=api,
+                upstreams=tuple(upstreams),
+                settings=settings,
+                host=spec.match.host,
+                path=spec.match.path,
+                model=spec.match.model,
+            )
+        )
+    route_upstreams = {spec.name: {u.name for u in spec.upstreams} for spec in parsed.routes}
+    for f_index, fault in enumerate(parsed.faults):
+        loc = ("faults", f_index)
+        if fault.route not in route_upstreams:
+            raise fail(loc + ("route",), f"no route named {fault.route!r}")
+        if fault.upstream is not None and fault.upstream not in route_upstreams[fault.route]:
+            raise fail(loc + ("upstream",), f"route {fault.route!r} has no upstream named {fault.upstream!r}")
+    return Rules(source=path, routes=tuple(routes), faults=tuple(parsed.faults), warnings=tuple(warnings))

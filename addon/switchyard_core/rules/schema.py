@@ -1,0 +1,107 @@
+"""The `rules.yaml` version 1 contract (DESIGN §5), as pydantic models.
+
+These models describe the file exactly as users write it: every key is
+checked, unknown keys are errors, and nothing is resolved yet.  `loader`
+turns a validated file into the runtime `Route`s.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+
+ApiName = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+FaultKind = Literal["sse_error", "http_error", "response_failed", "overload_message", "reset", "stall"]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$", re.IGNORECASE)
+_UNITS = {
+    "b": 1,
+    "kb": 1000,
+    "kib": 1024,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "gb": 1000**3,
+    "gib": 1024**3,
+}
+
+
+def parse_size(value: object) -> object:
+    """`8MiB`, `512KB`, `1048576` -> bytes; anything else is left for pydantic to reject."""
+    if isinstance(value, str):
+        found = _SIZE.match(value)
+        if not found:
+            raise ValueError(f"not a size: {value!r} (use a number of bytes or e.g. 8MiB, 512KB)")
+        number, unit = found.groups()
+        return int(float(number) * _UNITS[(unit or "b").lower()])
+    return value
+
+
+Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Settings(_Strict):
+    """Attempt settings; every field may be set in `defaults` or on a route."""
+
+    retries: NonNegativeInt | None = None
+    backoff_ms: NonNegativeInt | None = None
+    max_backoff_ms: NonNegativeInt | None = None
+    connect_timeout_s: NonNegativeFloat | None = None
+    headers_timeout_s: NonNegativeFloat | None = None
+    first_output_timeout_s: NonNegativeFloat | None = None
+    request_timeout_s: NonNegativeFloat | None = None
+    idle_timeout_s: NonNegativeFloat | None = None
+    pre_answer_keepalive_s: NonNegativeFloat | None = None
+    staging_limit: Size | None = None
+    rewrite_capacity_codes: bool | None = None
+    retry_on: list[Annotated[int, Field(ge=100, le=599)]] | None = None
+
+
+class Match(_Strict):
+    host: str | None = None
+    path: str | None = None
+    model: str | None = None
+
+
+class Auth(_Strict):
+    header: str = Field(min_length=1)
+    value: str
+
+
+class UpstreamSpec(_Strict):
+    name: str = Field(min_length=1)
+    url: str = Field(min_length=1)
+    model: str | None = None
+    retries: NonNegativeInt | None = None
+    auth: Auth | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class RouteSpec(Settings):
+    name: str = Field(min_length=1)
+    match: Match = Field(default_factory=Match)
+    api: ApiName | None = None
+    upstreams: list[UpstreamSpec] = Field(min_length=1)
+
+
+class FaultSpec(_Strict):
+    route: str
+    upstream: str | None = None
+    kind: FaultKind
+    status: Annotated[int, Field(ge=100, le=599)] | None = None
+    message: str | None = None
+    after_frames: NonNegativeInt = 0
+    rate: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    count: Annotated[int, Field(gt=0)] | None = None
+
+
+class RulesFile(_Strict):
+    version: Literal[1]
+    defaults: Settings = Field(default_factory=Settings)
+    routes: list[RouteSpec] = Field(default_factory=list)
+    faults: list[FaultSpec] = Field(default_factory=list)

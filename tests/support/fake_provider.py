@@ -1,0 +1,180 @@
+"""A real loopback HTTP server that speaks like an LLM provider and fails on demand.
+
+Every upstream of a test is a path prefix (`/primary/...`, `/backup/...`) on
+one of two ports, so a test can put a backup on another origin.  A test
+scripts the replies each upstream gives, in order; an upstream with no
+script left answers with a normal stream for the API its path names.  Every
+request is recorded (upstream, port, method, path, headers, body) so tests
+can assert who was called, how often, and with which credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from . import wire
+
+RESET = "reset"  # abort the connection (TCP RST) at this point
+
+
+@dataclass
+class Reply:
+    """One scripted answer: status, headers, then body pieces.
+
+    A piece is bytes (written and flushed), a float (sleep that many seconds)
+    or RESET.
+    """
+
+    status: int = 200
+    pieces: list[bytes | float | str] = field(default_factory=list)
+    content_type: str = "text/event-stream"
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_headers_s: float = 0.0
+
+    @classmethod
+    def sse(cls, *frames: bytes | float | str, headers: dict[str, str] | None = None) -> "Reply":
+        return cls(200, list(frames), headers=headers or {})
+
+    @classmethod
+    def json(cls, status: int, body: object, headers: dict[str, str] | None = None) -> "Reply":
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return cls(status, [raw], content_type="application/json", headers=headers or {})
+
+
+@dataclass(frozen=True)
+class Call:
+    upstream: str
+    port: int
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> object:
+        return json.loads(self.body)
+
+
+class FakeProvider:
+    def __init__(self) -> None:
+        self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
+        self._lock = threading.Lock()
+        self.calls: list[Call] = []
+        self.ports: list[int] = []
+        self.finished = 0  # replies written to the end
+        self.cancelled = 0  # replies whose client went away first
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    # --- scripting (from the test thread) ---------------------------------------
+
+    def script(self, upstream: str, *replies: Reply) -> None:
+        with self._lock:
+            self._scripts[upstream].extend(replies)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._scripts.clear()
+            self.calls.clear()
+            self.finished = 0
+            self.cancelled = 0
+
+    def calls_to(self, upstream: str) -> list[Call]:
+        with self._lock:
+            return [call for call in self.calls if call.upstream == upstream]
+
+    def url(self, upstream: str, path: str, *, port_index: int = 0) -> str:
+        return f"http://127.0.0.1:{self.ports[port_index]}/{upstream}{path}"
+
+    # --- serving ----------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        upstream, _, rest = request.path.lstrip("/").partition("/")
+        body = await request.read()
+        port = request.transport.get_extra_info("sockname")[1] if request.transport else 0
+        with self._lock:
+            self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body))
+            queue = self._scripts.get(upstream)
+            reply = queue.popleft() if queue else None
+        if reply is None:
+            reply = wire.normal_reply("/" + rest, upstream)
+        try:
+            return await self._play(request, reply)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+
+    async def _play(self, request: web.Request, reply: Reply) -> web.StreamResponse:
+        if reply.delay_headers_s:
+            await asyncio.sleep(reply.delay_headers_s)
+        if reply.pieces and reply.pieces[0] == RESET:
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response(status=204)
+        response = web.StreamResponse(status=reply.status)
+        response.content_type = reply.content_type
+        for name, value in reply.headers.items():
+            response.headers[name] = value
+        await response.prepare(request)
+        for piece in reply.pieces:
+            if isinstance(piece, float | int) and not isinstance(piece, bool):
+                await asyncio.sleep(float(piece))
+            elif piece == RESET:
+                assert request.transport is not None
+                request.transport.abort()
+                return response
+            else:
+                assert isinstance(piece, bytes)
+                await response.write(piece)
+        await response.write_eof()
+        self.finished += 1
+        return response
+
+    def start(self, n_ports: int = 2) -> "FakeProvider":
+        ready = threading.Event()
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+
+            async def up() -> None:
+                app = web.Application()
+                app.router.add_route("*", "/{tail:.*}", self._handle)
+                self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+                await self._runner.setup()
+                for _ in range(n_ports):
+                    site = web.TCPSite(self._runner, "127.0.0.1", 0)
+                    await site.start()
+                    self.ports.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+
+            loop.run_until_complete(up())
+            ready.set()
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=serve, name="fake-provider", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("fake provider did not start")
+        return self
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+
+        async def down() -> None:
+            if self._runner is not None:
+                await self._runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(down(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+        self._loop = None

@@ -1,0 +1,133 @@
+"""Wire frames in each provider's real shape (reference: provider-sse-shapes.md).
+
+Normal answers carry the upstream's name in their text so a test can tell,
+byte for byte, whose answer the client got.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .fake_provider import Reply
+
+
+def data(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def event(name: str, obj: object) -> bytes:
+    return f"event: {name}\n".encode() + data(obj)
+
+
+# --- OpenAI Chat Completions (§1.1) ------------------------------------------------
+
+def chat_chunk(delta: dict, finish: str | None = None, cid: str = "chatcmpl-1") -> bytes:
+    return data(
+        {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": 1727346168,
+            "model": "gpt-4o-2024-08-06",
+            "system_fingerprint": "fp_5050236cbd",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+    )
+
+
+CHAT_ROLE = chat_chunk({"role": "assistant", "content": "", "refusal": None})
+CHAT_DONE = b"data: [DONE]\n\n"
+
+
+def chat_words(text: str) -> list[str]:
+    words = text.split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
+
+
+def chat_stream(text: str, cid: str = "chatcmpl-1") -> list[bytes]:
+    frames = [chat_chunk({"role": "assistant", "content": "", "refusal": None}, cid=cid)]
+    frames += [chat_chunk({"content": w}, cid=cid) for w in chat_words(text)]
+    frames.append(chat_chunk({}, "stop", cid=cid))
+    frames.append(
+        data({"id": cid, "object": "chat.completion.chunk", "created": 1727346168, "model": "gpt-4o-2024-08-06",
+              "choices": [], "usage": {"prompt_tokens": 14, "completion_tokens": 8, "total_tokens": 22}})
+    )
+    frames.append(CHAT_DONE)
+    return frames
+
+
+def chat_error(code: object, message: str, **extra: object) -> bytes:
+    """The in-stream error of the issue's headline scenario (reference §1.5b)."""
+    return data({"id": "c1", "object": "chat.completion.chunk", "choices": [], "error": {"code": code, "message": message, **extra}})
+
+
+def chat_completion(text: str) -> dict:
+    return {
+        "id": "chatcmpl-2",
+        "object": "chat.completion",
+        "created": 1727346168,
+        "model": "gpt-4o-2024-08-06",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None}, "finish_reason": "stop", "logprobs": None}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
+    }
+
+
+# --- OpenAI Responses (§2.2) ------------------------------------------------------
+
+def responses_stream(text: str, rid: str = "resp_1") -> list[bytes]:
+    base = {"id": rid, "object": "response", "created_at": 1761565462, "model": "gpt-4o", "output": []}
+    item = {"id": "msg_1", "type": "message", "status": "in_progress", "content": [], "role": "assistant"}
+    frames = [
+        event("response.created", {"type": "response.created", "sequence_number": 0, "response": {**base, "status": "in_progress"}}),
+        event("response.in_progress", {"type": "response.in_progress", "sequence_number": 1, "response": {**base, "status": "in_progress"}}),
+        event("response.output_item.added", {"type": "response.output_item.added", "sequence_number": 2, "output_index": 0, "item": item}),
+        event("response.content_part.added", {"type": "response.content_part.added", "sequence_number": 3, "item_id": "msg_1", "output_index": 0, "content_index": 0, "part": {"type": "output_text", "annotations": [], "text": ""}}),
+    ]
+    seq = 4
+    for word in chat_words(text):
+        frames.append(event("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": seq, "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": word, "logprobs": []}))
+        seq += 1
+    done_item = {**item, "status": "completed", "content": [{"type": "output_text", "annotations": [], "text": text}]}
+    frames.append(event("response.output_item.done", {"type": "response.output_item.done", "sequence_number": seq, "output_index": 0, "item": done_item}))
+    frames.append(event("response.completed", {"type": "response.completed", "sequence_number": seq + 1, "response": {**base, "status": "completed", "output": [done_item], "usage": {"input_tokens": 5, "output_tokens": 5, "total_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}}}))
+    return frames
+
+
+# --- Anthropic Messages (§3.1) ----------------------------------------------------
+
+def anthropic_stream(text: str, mid: str = "msg_1") -> list[bytes]:
+    frames = [
+        event("message_start", {"type": "message_start", "message": {"model": "claude-sonnet-4-5", "id": mid, "type": "message", "role": "assistant", "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        b'event: ping\ndata: {"type": "ping"}\n\n',
+    ]
+    for word in chat_words(text):
+        frames.append(event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}}))
+    frames.append(event("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    frames.append(event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 5}}))
+    frames.append(event("message_stop", {"type": "message_stop"}))
+    return frames
+
+
+def anthropic_error(err_type: str, message: str) -> bytes:
+    return b"event: error\n" + data({"type": "error", "error": {"type": err_type, "message": message}})
+
+
+def answer_text(upstream: str) -> str:
+    return f"Hello from {upstream}, all good."
+
+
+def normal_frames(path: str, upstream: str) -> list[bytes]:
+    text = answer_text(upstream)
+    if path.endswith("/responses"):
+        return responses_stream(text)
+    if path.endswith("/messages"):
+        return anthropic_stream(text)
+    return chat_stream(text)
+
+
+def normal_reply(path: str, upstream: str) -> "Reply":
+    from .fake_provider import Reply
+
+    return Reply.sse(*normal_frames(path, upstream))
