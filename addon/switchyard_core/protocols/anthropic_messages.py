@@ -123,10 +123,10 @@ class MessagesStream:
             self._complete = True
             return _MESSAGE_STOP
         kind_name = "bare_json" if event.bare_json else (etype or "unknown")
-        info = error_info(obj, event_type=kind_name)
-        if info is not None:
+        found = error_info(obj, event_type=kind_name)
+        if found is not None:
             # an error object without the error type (a gateway's or a bare body)
-            return Classification(FrameKind.FAILURE, kind_name, info)
+            return Classification(FrameKind.FAILURE, kind_name, found)
         return Classification(FrameKind.OUTPUT, kind_name)
 
 

@@ -27,7 +27,7 @@ from ..protocols import APIS, Api, Decision, ErrorInfo, ErrorPolicy
 from ..protocols.errors import http_error_info
 from ..rules import Upstream
 from .exchange import AttemptRecord, Exchange
-from .upstream import UpstreamClient, build_request, client_headers, read_some, request_id
+from .upstream import CREDENTIAL_HEADERS, UpstreamClient, build_request, client_headers, read_some, request_id
 
 ERROR_BODY_LIMIT = 1024 * 1024
 
@@ -142,6 +142,7 @@ class AttemptLoop:
         self.policy = ErrorPolicy(self.settings.retry_on)
         self.http = http
         self.sink = sink
+        self._secrets = _secrets_of(exchange)
         self._keepalive: asyncio.Task[None] | None = None
         self._last_answered: _Captured | None = None
         self._winner: AttemptRecord | None = None
@@ -419,7 +420,7 @@ class AttemptLoop:
         self.exchange.outcome = "exhausted"
         await self._stop_keepalive()
         fields = {"route": self.route.name, "attempts": len(self.exchange.attempts)}
-        observe.emit(logging.WARNING, "switchyard.exhausted", **fields, message=last.info.message)
+        observe.emit(logging.WARNING, "switchyard.exhausted", **fields, message=self._redact(last.info.message))
         if self.sink.headers_sent:
             code = "upstream_timeout" if last.timed_out else "upstream_unavailable"
             await self.sink.write(self.api.error_event(f"switchyard: every upstream failed; last: {last.info.message}", code))
@@ -498,7 +499,7 @@ class AttemptLoop:
             event=info.event_type,
             decision=outcome,
             delay_s=round(failed.plan.delay_s, 3) if failed.plan.action == "retry" else None,
-            message=info.message,
+            message=self._redact(info.message),
             request_id=record.request_id,
         )
 
@@ -513,12 +514,35 @@ class AttemptLoop:
             event=event_type,
             status=info.status if info else None,
             code=(info.code or info.type) if info else None,
-            message=info.message if info else None,
+            message=self._redact(info.message) if info else None,
             request_id=record.request_id,
         )
 
+    def _redact(self, text: str) -> str:
+        """Upstreams sometimes echo a key in their error message; never log it."""
+        for secret in self._secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
 
 _CONTINUE = object()
+
+
+def _secrets_of(exchange: Exchange) -> tuple[str, ...]:
+    """Credential values this exchange carries: the client's and its upstreams'."""
+    values: list[str] = []
+    for name, value in exchange.request.headers:
+        if name.lower() in CREDENTIAL_HEADERS:
+            values.append(value)
+    for upstream in exchange.route.upstreams:
+        if upstream.auth is not None:
+            values.append(upstream.auth[1])
+    found: set[str] = set()
+    for value in values:
+        for part in (value, *value.split()):
+            if len(part) >= 8:
+                found.add(part)
+    return tuple(sorted(found, key=len, reverse=True))
 
 
 def _transport_info(exc: BaseException) -> ErrorInfo:

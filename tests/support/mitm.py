@@ -1,0 +1,119 @@
+"""Run a real `mitmdump -s addon/switchyard.py` for tests, and read its log."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MITMDUMP = Path(os.environ.get("SWITCHYARD_MITMDUMP", ROOT / ".venv" / "bin" / "mitmdump"))
+ADDON = ROOT / "addon" / "switchyard.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Mitmdump:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    proxy_port: int
+    reverse_port: int | None
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://127.0.0.1:{self.proxy_port}"
+
+    @property
+    def reverse_url(self) -> str:
+        return f"http://127.0.0.1:{self.reverse_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def log_mark(self) -> int:
+        return self.log_path.stat().st_size
+
+    def log_since(self, mark: int) -> str:
+        with self.log_path.open("rb") as handle:
+            handle.seek(mark)
+            return handle.read().decode(errors="replace")
+
+    def wait_for_log(self, text: str, mark: int = 0, timeout_s: float = 10.0) -> str:
+        """Poll the log (bounded) until `text` shows up after `mark`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.log_since(mark)
+            if text in found:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not logged within {timeout_s}s; log:\n{found[-4000:]}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def start_mitmdump(
+    rules: Path,
+    log_path: Path,
+    *,
+    reverse_target: str | None = None,
+    extra_args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    wait: bool = True,
+) -> Mitmdump:
+    proxy_port = free_port()
+    modes = ["--mode", f"regular@{proxy_port}"]
+    reverse_port = None
+    if reverse_target:
+        reverse_port = free_port()
+        modes += ["--mode", f"reverse:{reverse_target}@{reverse_port}"]
+    args = [
+        str(MITMDUMP),
+        "-s",
+        str(ADDON),
+        "--listen-host",
+        "127.0.0.1",
+        *modes,
+        "--set",
+        f"switchyard_rules={rules}",
+        "--set",
+        "connection_strategy=lazy",
+        "--set",
+        f"confdir={log_path.parent / 'mitmproxy-conf'}",
+        *(extra_args or []),
+    ]
+    full_env = {**os.environ, **(env or {})}
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        full_env.pop(name, None)
+    handle = log_path.open("wb")
+    process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, env=full_env, cwd=log_path.parent)
+    dump = Mitmdump(process, log_path, proxy_port, reverse_port)
+    if wait:
+        deadline = time.monotonic() + 30
+        while True:
+            text = dump.log()
+            ready = text.count("listening at") >= (2 if reverse_target else 1)
+            if ready:
+                break
+            if process.poll() is not None:
+                raise RuntimeError(f"mitmdump exited with {process.returncode}:\n{text}")
+            if time.monotonic() > deadline:
+                dump.stop()
+                raise RuntimeError(f"mitmdump did not start:\n{text}")
+            time.sleep(0.05)
+    return dump

@@ -1,0 +1,380 @@
+"""Chat Completions through a real mitmdump, real loopback upstreams, real clients.
+
+Each test scripts what the upstreams answer and asserts what a user would
+notice: the exact bytes the client received, which upstreams were called and
+how often, and what was logged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import openai
+import pytest
+
+from tests.conftest import BACKUP_SECRET, BODY_MARKER, CLIENT_SECRET, Env
+from tests.support import wire
+from tests.support.fake_provider import RESET, Reply
+
+HEADLINE = wire.chat_error(503, "provider overloaded")  # DESIGN's headline frame
+BACKUP_BYTES = b"".join(wire.chat_stream(wire.answer_text("backup")))
+PRIMARY_BYTES = b"".join(wire.chat_stream(wire.answer_text("primary")))
+
+
+def openai_client(env: Env, *, reverse: bool = False) -> openai.OpenAI:
+    if reverse:
+        return openai.OpenAI(api_key=CLIENT_SECRET, base_url=f"{env.mitm.reverse_url}/primary/v1", max_retries=0)
+    return openai.OpenAI(
+        api_key=CLIENT_SECRET,
+        base_url=env.provider.url("primary", "/v1"),
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(proxy=env.mitm.proxy_url, trust_env=False),
+    )
+
+
+def stream_text(client: openai.OpenAI) -> str:
+    stream = client.chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": f"hi {BODY_MARKER}"}], stream=True
+    )
+    return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+
+
+def chat_url(env: Env, prefix: str = "primary") -> str:
+    return env.provider.url(prefix, "/v1/chat/completions")
+
+
+# --- the headline scenario ------------------------------------------------------
+
+
+def test_headline_first_frame_503_falls_back_openai_sdk(env: Env) -> None:
+    env.provider.script("primary", Reply.sse(HEADLINE), Reply.sse(HEADLINE))
+    assert stream_text(openai_client(env)) == wire.answer_text("backup")
+    assert [c.upstream for c in env.provider.calls] == ["primary", "primary", "backup"]
+
+
+def test_headline_curl_gets_exactly_the_backup_stream(env: Env) -> None:
+    env.provider.script("primary", Reply.sse(HEADLINE), Reply.sse(HEADLINE))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.status == 200
+    assert result.body == BACKUP_BYTES
+    assert b"provider overloaded" not in result.body
+    assert result.headers["x-switchyard-upstream"] == "backup"
+    assert result.headers["x-switchyard-attempts"] == "3"
+
+
+def test_reverse_mode_falls_back_openai_sdk(env: Env) -> None:
+    env.provider.script("primary", Reply.sse(HEADLINE), Reply.sse(HEADLINE))
+    assert stream_text(openai_client(env, reverse=True)) == wire.answer_text("backup")
+    assert [c.upstream for c in env.provider.calls] == ["primary", "primary", "backup"]
+
+
+def test_retry_on_same_upstream_succeeds_without_fallback(env: Env) -> None:
+    env.provider.script("primary", Reply.sse(HEADLINE))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body == PRIMARY_BYTES
+    assert [c.upstream for c in env.provider.calls] == ["primary", "primary"]
+    assert result.headers["x-switchyard-upstream"] == "primary"
+    assert result.headers["x-switchyard-attempts"] == "2"
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        wire.chat_error(429, "rate limited"),
+        wire.chat_error(500, "boom"),
+        wire.chat_error(502, "bad gateway"),
+        wire.chat_error(504, "timeout"),
+        wire.chat_error("503", "numeric string code"),
+        wire.chat_error("server_error", "string code"),
+        wire.chat_error(None, "The server had an error while processing your request. Sorry about that!"),
+        wire.data({"error": {"code": 429, "message": "Provider returned error"}, "choices": [{"delta": {"content": ""}, "finish_reason": "error"}]}),
+    ],
+    ids=["429", "500", "502", "504", "code-503-string", "server_error", "message-only", "openrouter-finish-error"],
+)
+def test_retryable_first_frame_errors_fall_back(env: Env, frame: bytes) -> None:
+    env.provider.script("primary", Reply.sse(frame, wire.CHAT_DONE), Reply.sse(frame, wire.CHAT_DONE))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body == BACKUP_BYTES
+    assert [c.upstream for c in env.provider.calls] == ["primary", "primary", "backup"]
+
+
+def test_role_frame_then_error_falls_back_without_duplicating_the_role(env: Env) -> None:
+    failing = Reply.sse(wire.CHAT_ROLE, wire.chat_error(503, "overloaded"))
+    env.provider.script("primary", failing, Reply.sse(wire.CHAT_ROLE, wire.chat_error(503, "overloaded")))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body == BACKUP_BYTES
+    assert result.body.count(b'"role":"assistant"') == 1
+
+
+def test_role_frame_then_error_openai_sdk(env: Env) -> None:
+    env.provider.script("primary", *[Reply.sse(wire.CHAT_ROLE, wire.chat_error(429, "slow down"))] * 2)
+    assert stream_text(openai_client(env)) == wire.answer_text("backup")
+
+
+# --- what must not fall back ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        wire.chat_error(401, "Incorrect API key provided"),
+        wire.chat_error(403, "forbidden"),
+        wire.chat_error(400, "bad request"),
+        wire.chat_error("invalid_request_error", "Invalid 'messages'", type="invalid_request_error"),
+        wire.chat_error(418, "I'm a teapot"),
+        wire.chat_error("teapot_code", "an unknown string code"),
+    ],
+    ids=["401", "403", "400", "invalid_request_error", "418", "unknown-string-code"],
+)
+def test_fatal_errors_are_returned_as_sent(env: Env, frame: bytes) -> None:
+    sent = [wire.CHAT_ROLE, frame, wire.CHAT_DONE]
+    env.provider.script("primary", Reply.sse(*sent))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.status == 200
+    assert result.body == b"".join(sent)
+    assert [c.upstream for c in env.provider.calls] == ["primary"]
+    assert result.headers["x-switchyard-upstream"] == "primary"
+
+
+def test_fatal_sse_error_raises_in_openai_sdk(env: Env) -> None:
+    env.provider.script("primary", Reply.sse(wire.chat_error(401, "Incorrect API key provided")))
+    with pytest.raises(openai.APIError, match="Incorrect API key"):
+        stream_text(openai_client(env))
+    assert [c.upstream for c in env.provider.calls] == ["primary"]
+
+
+def test_error_after_content_is_never_retried(env: Env) -> None:
+    mark = env.mitm.log_mark()
+    content = wire.chat_chunk({"content": "Half an ans"})
+    error = wire.chat_error("server_is_overloaded", "Our servers are currently overloaded.")
+    env.provider.script("primary", Reply.sse(wire.CHAT_ROLE, content, error, wire.CHAT_DONE))
+    result = env.curl(chat_url(env), env.chat_body())
+    # forwarded, with the capacity code rewritten so clients treat it as a server error
+    assert result.body == wire.CHAT_ROLE + content + error.replace(b'"server_is_overloaded"', b'"server_error"') + wire.CHAT_DONE
+    assert [c.upstream for c in env.provider.calls] == ["primary"]
+    log = env.mitm.wait_for_log("switchyard.failover_suppressed_after_semantic_output", mark)
+    assert "route=chat upstream=primary api=openai-chat" in log
+
+
+def test_valid_stream_passes_through_byte_identical(env: Env) -> None:
+    frames = wire.chat_stream("A perfectly normal answer, with “unicode” ✓.")
+    env.provider.script("primary", Reply.sse(*frames, headers={"x-request-id": "req_abc"}))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body == b"".join(frames)
+    assert result.headers["x-request-id"] == "req_abc"
+    assert result.headers["x-switchyard-upstream"] == "primary"
+    assert result.headers["x-switchyard-attempts"] == "1"
+    assert [c.upstream for c in env.provider.calls] == ["primary"]
+
+
+def test_frames_split_across_writes_pass_through_byte_identical(env: Env) -> None:
+    raw = b"".join(wire.chat_stream("split into pieces"))
+    pieces = [raw[i:i + 7] for i in range(0, len(raw), 7)]
+    env.provider.script("primary", Reply.sse(*pieces))
+    assert env.curl(chat_url(env), env.chat_body()).body == raw
+
+
+# --- HTTP-level failures ----------------------------------------------------------
+
+
+def test_plain_http_503_falls_back(env: Env) -> None:
+    body = {"error": {"message": "That model is currently overloaded with other requests.", "type": "server_error", "param": None, "code": None}}
+    env.provider.script("primary", Reply.json(503, body), Reply.json(503, body))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body == BACKUP_BYTES
+    assert [c.upstream for c in env.provider.calls] == ["primary", "primary", "backup"]
+
+
+def test_overload_text_in_http_400_falls_back(env: Env) -> None:
+    body = {"error": {"message": "Our servers are currently overloaded. Please try again later.", "type": "invalid_request_error"}}
+    env.provider.script("primary", Reply.json(400, body), Reply.json(400, body))
+    assert env.curl(chat_url(env), env.chat_body()).body == BACKUP_BYTES
+
+
+def test_http_401_is_returned_as_sent(env: Env) -> None:
+    body = {"error": {"message": "Incorrect API key provided: sk-...3d.", "type": "invalid_request_error", "code": "invalid_api_key"}}
+    env.provider.script("primary", Reply.json(401, body, headers={"x-request-id": "req_401"}))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.status == 401
+    assert json.loads(result.body) == body
+    assert result.headers["x-request-id"] == "req_401"
+    assert [c.upstream for c in env.provider.calls] == ["primary"]
+
+
+def test_retry_after_is_honoured_on_the_same_upstream(env: Env) -> None:
+    env.provider.script("primary", Reply.json(429, {"error": {"message": "rate limited", "type": "rate_limit_error"}}, headers={"retry-after-ms": "200"}))
+    started = time.monotonic()
+    result = env.curl(chat_url(env), env.chat_body())
+    elapsed = time.monotonic() - started
+    assert result.body == PRIMARY_BYTES
+    assert [c.upstream for c in env.provider.calls] == ["primary", "primary"]
+    assert elapsed >= 0.2  # waited at least what the upstream asked for (a lower bound only)
+
+
+def test_retry_after_longer_than_max_backoff_moves_on(env: Env) -> None:
+    env.provider.script("primary", Reply.json(429, {"error": {"message": "rate limited"}}, headers={"retry-after": "30"}))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body == BACKUP_BYTES
+    assert [c.upstream for c in env.provider.calls] == ["primary", "backup"]
+
+
+def test_x_should_retry_false_wins_over_status(env: Env) -> None:
+    env.provider.script("primary", Reply.json(503, {"error": {"message": "do not"}}, headers={"x-should-retry": "false"}))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.status == 503
+    assert [c.upstream for c in env.provider.calls] == ["primary"]
+
+
+# --- exhaustion and transport ---------------------------------------------------------
+
+
+def test_every_attempt_failing_in_stream_returns_the_last_as_sent(env: Env) -> None:
+    first = [wire.CHAT_ROLE, wire.chat_error(503, "first"), wire.CHAT_DONE]
+    last = [wire.CHAT_ROLE, wire.chat_error(503, "last"), wire.CHAT_DONE]
+    env.provider.script("solo", Reply.sse(*first), Reply.sse(*last))
+    result = env.curl(chat_url(env, "solo"), env.chat_body())
+    assert result.status == 200
+    assert result.body == b"".join(last)
+    assert result.headers["x-switchyard-attempts"] == "2"
+
+
+def test_every_attempt_failing_over_http_returns_the_last_status_and_body(env: Env) -> None:
+    env.provider.script("solo", Reply.json(502, {"error": {"message": "first"}}), Reply.json(503, {"error": {"message": "last"}}))
+    result = env.curl(chat_url(env, "solo"), env.chat_body())
+    assert result.status == 503
+    assert json.loads(result.body) == {"error": {"message": "last"}}
+
+
+def test_connection_refused_falls_back(env: Env) -> None:
+    result = env.curl(chat_url(env, "deadfirst"), env.chat_body())
+    assert result.body == BACKUP_BYTES
+    assert result.headers["x-switchyard-upstream"] == "backup"
+    assert [c.upstream for c in env.provider.calls] == ["backup"]
+
+
+def test_no_upstream_answering_gives_a_502_in_the_api_shape(env: Env) -> None:
+    result = env.curl(chat_url(env, "unreachable"), env.chat_body())
+    assert result.status == 502
+    error = json.loads(result.body)["error"]
+    assert error["code"] == "upstream_unavailable"
+    assert "connection refused" in error["message"]
+    assert result.headers["x-switchyard-attempts"] == "2"
+
+
+def test_reset_before_output_falls_back(env: Env) -> None:
+    env.provider.script("primary", Reply.sse(wire.CHAT_ROLE, 0.05, RESET), Reply.sse(RESET))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body == BACKUP_BYTES
+
+
+def test_empty_stream_done_only_falls_back(env: Env) -> None:
+    env.provider.script("primary", *[Reply.sse(wire.CHAT_DONE)] * 2)
+    assert env.curl(chat_url(env), env.chat_body()).body == BACKUP_BYTES
+
+
+def test_cut_after_output_ends_with_an_in_band_error(env: Env) -> None:
+    content = wire.chat_chunk({"content": "partial"})
+    env.provider.script("primary", Reply.sse(wire.CHAT_ROLE, content))  # EOF, no finish_reason or [DONE]
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body.startswith(wire.CHAT_ROLE + content)
+    tail = result.body[len(wire.CHAT_ROLE + content):]
+    assert json.loads(tail.removeprefix(b"data: "))["error"]["code"] == "stream_cut"
+    assert [c.upstream for c in env.provider.calls] == ["primary"]
+
+
+# --- the request the upstreams receive -----------------------------------------------
+
+
+def test_backup_gets_its_own_credentials_and_the_body_intact(env: Env) -> None:
+    env.provider.script("primary", Reply.sse(HEADLINE), Reply.sse(HEADLINE))
+    body = env.chat_body(temperature=0.25)
+    env.curl(chat_url(env), body, headers={"x-api-key": "client-x-api-key", "Cookie": "session=client"})
+    primary, _, backup = env.provider.calls
+    assert primary.headers["Authorization"] == f"Bearer {CLIENT_SECRET}"
+    assert primary.body == body  # byte for byte
+    assert backup.headers["Authorization"] == f"Bearer {BACKUP_SECRET}"
+    assert backup.headers["X-Team"] == "dev"
+    assert "x-api-key" not in {k.lower() for k in backup.headers}
+    assert "cookie" not in {k.lower() for k in backup.headers}
+    assert backup.json() == {**json.loads(body), "model": "backup-model"}
+    assert backup.port == env.provider.ports[1]
+
+
+def test_upstream_with_unset_variable_is_skipped_with_one_warning(env: Env) -> None:
+    log = env.mitm.log()
+    assert log.count("upstream 'ghost' skipped: ${SWY_TEST_UNSET_VARIABLE} is not set") == 1
+    env.provider.script("primary", Reply.sse(HEADLINE), Reply.sse(HEADLINE))
+    env.curl(chat_url(env), env.chat_body())
+    assert "ghost" not in [c.upstream for c in env.provider.calls]
+
+
+# --- non-streaming ----------------------------------------------------------------
+
+
+def test_non_streaming_json_error_in_200_falls_back_openai_sdk(env: Env) -> None:
+    error = {"error": {"code": 503, "message": "provider overloaded"}}
+    env.provider.script("primary", Reply.json(200, error), Reply.json(200, error))
+    env.provider.script("backup", Reply.json(200, wire.chat_completion("non-streamed backup answer")))
+    completion = openai_client(env).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert completion.choices[0].message.content == "non-streamed backup answer"
+    assert [c.upstream for c in env.provider.calls] == ["primary", "primary", "backup"]
+
+
+def test_non_streaming_success_passes_through(env: Env) -> None:
+    answer = wire.chat_completion("plain answer")
+    env.provider.script("primary", Reply.json(200, answer))
+    result = env.curl(chat_url(env), env.chat_body(stream=False))
+    assert result.status == 200
+    assert json.loads(result.body) == answer
+    assert result.headers["x-switchyard-upstream"] == "primary"
+
+
+# --- the client leaving ---------------------------------------------------------------
+
+
+def test_client_disconnect_cancels_the_upstream_request(env: Env) -> None:
+    env.provider.script("primary", Reply.sse(wire.CHAT_ROLE, 30.0, *wire.chat_stream("never")))
+    gone = env.curl(chat_url(env), env.chat_body(), max_time=1)  # curl gives up after 1 s
+    assert gone.returncode == 28 and gone.body == b""
+    deadline = time.monotonic() + 10
+    while env.provider.cancelled < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert env.provider.cancelled == 1
+    assert env.provider.finished == 0
+    # the proxy is healthy afterwards
+    assert env.curl(chat_url(env), env.chat_body()).body == PRIMARY_BYTES
+
+
+# --- requests that match no route -----------------------------------------------------
+
+
+def test_unmatched_requests_are_not_touched(env: Env) -> None:
+    env.provider.script("other", Reply.json(503, {"error": {"message": "not ours"}}))
+    result = env.curl(env.provider.url("other", "/v1/chat/completions"), env.chat_body())
+    assert result.status == 503
+    assert "x-switchyard-upstream" not in result.headers
+    assert [c.upstream for c in env.provider.calls] == ["other"]
+
+
+# --- logs -----------------------------------------------------------------------------
+
+
+def test_log_lines_name_each_decision_and_never_a_secret(env: Env) -> None:
+    mark = env.mitm.log_mark()
+    env.provider.script(
+        "primary",
+        Reply.sse(HEADLINE, headers={"x-request-id": "req_first"}),
+        Reply.json(503, {"error": {"message": f"echoing {CLIENT_SECRET}?", "type": "server_error"}}, headers={"x-request-id": "req_second"}),
+    )
+    env.curl(chat_url(env), env.chat_body())
+    log = env.mitm.wait_for_log("switchyard.fallback_answered", mark)
+    assert ("switchyard.attempt_failed route=chat upstream=primary attempt=1 phase=staging status=503 "
+            "event=chunk decision=retry") in log
+    assert 'message="provider overloaded" request_id=req_first' in log
+    assert "attempt=2 phase=headers status=503" in log and "request_id=req_second" in log
+    assert "switchyard.fallback_answered route=chat upstream=backup attempt=3" in log
+    assert "echoing [redacted]?" in log  # an upstream echoing a credential does not leak it
+    whole = env.mitm.log()
+    for secret in (CLIENT_SECRET, BACKUP_SECRET, BODY_MARKER):
+        assert secret not in whole
