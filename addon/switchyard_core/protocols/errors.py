@@ -35,6 +35,7 @@ RETRYABLE_CODES: frozenset[str] = frozenset(
         "api_error",
         "rate_limit_error",
         "service_unavailable_error",
+        "timeout_error",  # Anthropic's 504
         "insufficient_system_resource",  # DeepSeek: capacity, disguised as a finish reason
     }
 )
@@ -60,6 +61,10 @@ OVERLOAD_TEXTS: tuple[str, ...] = (
     "model is overloaded",
     "experiencing high demand",
 )
+
+# Whole messages that mean overload only when they stand alone ("Overloaded" is
+# Anthropic's; as a substring it would catch too much).
+OVERLOAD_MESSAGES: frozenset[str] = frozenset({"overloaded"})
 
 # Codes rewritten to `server_error` after output, so clients retry them.
 CAPACITY_CODES: frozenset[str] = frozenset({"server_is_overloaded", "slow_down"})
@@ -143,6 +148,8 @@ def http_error_info(status: int, body: bytes) -> ErrorInfo:
 
 def has_overload_text(message: str) -> bool:
     lowered = message.lower()
+    if lowered.strip().rstrip(".") in OVERLOAD_MESSAGES:
+        return True
     return any(text in lowered for text in OVERLOAD_TEXTS)
 
 

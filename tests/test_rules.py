@@ -1,0 +1,153 @@
+"""rules.yaml: the public contract, its defaults, and errors that name file, line and field."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from switchyard_core.rules import SHIPPED_RULES, RulesError, load_rules
+
+MINIMAL = """\
+version: 1
+routes:
+  - name: chat
+    match: {path: /v1/chat/completions}
+    upstreams:
+      - name: openai
+        url: original
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    with pytest.raises(RulesError) as caught:
+        load_rules(write(tmp_path, text))
+    return str(caught.value)
+
+
+def test_shipped_rules_cover_the_three_apis_with_original_destinations() -> None:
+    rules = load_rules(SHIPPED_RULES)
+    assert [(r.name, r.api, r.host, r.path) for r in rules.routes] == [
+        ("openai-chat", "openai-chat", "api.openai.com", "/v1/chat/completions"),
+        ("openai-responses", "openai-responses", "api.openai.com", "/v1/responses"),
+        ("anthropic-messages", "anthropic-messages", "api.anthropic.com", "/v1/messages"),
+    ]
+    assert all(u.is_original and u.retries >= 1 for r in rules.routes for u in r.upstreams)
+    assert "backup.example.com" in SHIPPED_RULES.read_text()  # the commented backup example
+    assert rules.warnings == ()
+
+
+def test_defaults_match_the_design_and_routes_override_them(tmp_path: Path) -> None:
+    rules = load_rules(write(tmp_path, MINIMAL + "    retries: 3\n    staging_limit: 1MiB\n    retry_on: [503]\n"))
+    settings = rules.routes[0].settings
+    assert settings.retries == 3
+    assert settings.staging_limit == 1024 * 1024
+    assert settings.retry_on == frozenset({503})
+    assert (settings.backoff_ms, settings.max_backoff_ms, settings.headers_timeout_s, settings.idle_timeout_s) == (250, 4000, 30, 60)
+    assert (settings.first_output_timeout_s, settings.pre_answer_keepalive_s, settings.request_timeout_s) == (0, 15, 600)
+    assert settings.rewrite_capacity_codes is True
+    assert rules.routes[0].upstreams[0].retries == 3
+
+
+def test_upstream_retries_override_the_route(tmp_path: Path) -> None:
+    rules = load_rules(write(tmp_path, MINIMAL.replace("url: original", "url: original\n        retries: 0")))
+    assert rules.routes[0].upstreams[0].retries == 0
+
+
+@pytest.mark.parametrize("path,api", [("/v1/chat/completions", "openai-chat"), ("/v1/responses", "openai-responses"), ("/v1/messages", "anthropic-messages")])
+def test_api_is_inferred_from_the_path(tmp_path: Path, path: str, api: str) -> None:
+    rules = load_rules(write(tmp_path, MINIMAL.replace("/v1/chat/completions", path)))
+    assert rules.routes[0].api == api
+
+
+def test_environment_variables_expand_in_upstream_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWY_KEY", "sk-123")
+    rules = load_rules(write(tmp_path, MINIMAL + """\
+      - name: backup
+        url: https://backup.example.com/v1/chat/completions
+        auth: {header: Authorization, value: "Bearer ${SWY_KEY}"}
+        headers: {X-Key: "${SWY_KEY}"}
+"""))
+    backup = rules.routes[0].upstreams[1]
+    assert backup.auth == ("Authorization", "Bearer sk-123")
+    assert backup.headers == (("X-Key", "sk-123"),)
+
+
+def test_unset_variable_skips_the_upstream_with_one_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SWY_MISSING", raising=False)
+    path = write(tmp_path, MINIMAL + """\
+      - name: backup
+        url: https://backup.example.com/v1/chat/completions
+        auth: {header: Authorization, value: "Bearer ${SWY_MISSING}"}
+""")
+    rules = load_rules(path)
+    assert [u.name for u in rules.routes[0].upstreams] == ["openai"]
+    assert rules.warnings == (f"{path}:8: upstream 'backup' skipped: ${{SWY_MISSING}} is not set",)
+
+
+def test_route_match_globs(tmp_path: Path) -> None:
+    rules = load_rules(write(tmp_path, MINIMAL.replace("{path: /v1/chat/completions}", '{host: "*.openai.com", path: /v1/chat/completions, model: "gpt-4o*"}')))
+    route = rules.routes[0]
+    assert rules.route_for("api.openai.com", "/v1/chat/completions?x=1", lambda: "gpt-4o-mini") is route
+    assert rules.route_for("api.openai.com", "/v1/chat/completions", lambda: "o3") is None
+    assert rules.route_for("example.com", "/v1/chat/completions", lambda: "gpt-4o") is None
+    assert rules.route_for("api.openai.com", "/v1/embeddings", lambda: "gpt-4o") is None
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (MINIMAL.replace("url: original", "url: original\n        retries: lots"), ":8: routes[0].upstreams[0].retries: Input should be a valid integer"),
+        (MINIMAL.replace("url: original", "url: original\n        retry: 1"), ":8: routes[0].upstreams[0].retry: Extra inputs are not permitted"),
+        (MINIMAL + "    staging_limit: eight\n", ":8: routes[0].staging_limit: Value error, not a size: 'eight'"),
+        (MINIMAL.replace("version: 1", "version: 2"), ":1: version: Input should be 1"),
+        (MINIMAL.replace("url: original", "url: ftp://x"), ":7: routes[0].upstreams[0].url: must be `original` or an http(s) URL"),
+        (MINIMAL.replace("{path: /v1/chat/completions}", "{path: /v1/embeddings}"), ":3: routes[0].api: cannot infer the API"),
+        (MINIMAL + MINIMAL.split("routes:\n")[1], ":8: routes[1].name: duplicate route name 'chat'"),
+        (MINIMAL + "faults:\n  - {route: nope, kind: sse_error}\n", ":9: faults[0].route: no route named 'nope'"),
+        (MINIMAL + "faults:\n  - {route: chat, kind: explode}\n", ":9: faults[0].kind: Input should be 'sse_error'"),
+        ("version: 1\nroutes: [\n", ":3: invalid YAML"),
+        ("", ":1: the file is empty"),
+        ("routes: []\n", ":1: version: Field required"),
+    ],
+    ids=["wrong-type", "unknown-key", "bad-size", "bad-version", "bad-url", "no-api", "duplicate-route", "fault-route", "fault-kind", "yaml-syntax", "empty", "no-version"],
+)
+def test_errors_name_file_line_and_field(tmp_path: Path, text: str, expected: str) -> None:
+    message = error_of(tmp_path, text)
+    assert message.startswith(str(tmp_path / "rules.yaml") + ":")
+    assert expected in message
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(RulesError, match="cannot read rules"):
+        load_rules(tmp_path / "absent.yaml")
+
+
+yaml_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 700) | st.text(max_size=12) | st.sampled_from(["original", "8MiB", "/v1/chat/completions", "http://x/v1/responses"]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(
+        st.sampled_from(["version", "routes", "defaults", "faults", "name", "match", "path", "upstreams", "url", "retries", "api", "auth", "kind", "route", "x"]),
+        children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(document=yaml_values)
+def test_any_document_loads_or_fails_with_a_rules_error(tmp_path_factory: pytest.TempPathFactory, document: object) -> None:
+    path = tmp_path_factory.mktemp("fuzz") / "rules.yaml"
+    path.write_text(yaml.safe_dump(document))
+    try:
+        load_rules(path)
+    except RulesError as exc:
+        assert str(exc).startswith(f"{path}:")
