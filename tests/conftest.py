@@ -59,6 +59,26 @@ routes:
     match: {{path: /unreachable/v1/chat/completions}}
     upstreams:
       - {{name: dead, url: "http://127.0.0.1:{dead}/dead/v1/chat/completions", retries: 1}}
+  - name: chat-slow
+    match: {{path: /slow/v1/chat/completions}}
+    headers_timeout_s: 0.5
+    first_output_timeout_s: 0.8
+    idle_timeout_s: 0.5
+    upstreams:
+      - {{name: slow, url: original}}
+      - {{name: backup, url: "http://127.0.0.1:{p2}/backup/v1/chat/completions"}}
+  - name: chat-keepalive
+    match: {{path: /keepalive/v1/chat/completions}}
+    pre_answer_keepalive_s: 0.2
+    upstreams:
+      - {{name: keepalive, url: original, retries: 0}}
+      - {{name: backup, url: "http://127.0.0.1:{p2}/backup/v1/chat/completions", retries: 0}}
+  - name: chat-tiny-staging
+    match: {{path: /tiny/v1/chat/completions}}
+    staging_limit: 300
+    upstreams:
+      - {{name: tiny, url: original}}
+      - {{name: backup, url: "http://127.0.0.1:{p2}/backup/v1/chat/completions"}}
   - name: responses
     match: {{path: /primary/v1/responses}}
     upstreams:

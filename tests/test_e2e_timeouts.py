@@ -1,0 +1,89 @@
+"""Time-bound behaviours through a real mitmdump: silent upstreams, stalls, keepalives, staging bound.
+
+No test asserts how fast anything was; timings here only choose which rule applies
+(a route with sub-second timeouts), and every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import Env
+from tests.support import wire
+from tests.support.fake_provider import Reply
+
+BACKUP_BYTES = b"".join(wire.chat_stream(wire.answer_text("backup")))
+
+
+def url(env: Env, prefix: str) -> str:
+    return env.provider.url(prefix, "/v1/chat/completions")
+
+
+def test_no_response_headers_in_time_moves_to_the_next_upstream_at_once(env: Env) -> None:
+    slow = Reply.sse(*wire.chat_stream("too late"))
+    slow.delay_headers_s = 3.0
+    env.provider.script("slow", slow)
+    result = env.curl(url(env, "slow"), env.chat_body())
+    assert result.body == BACKUP_BYTES
+    # a timeout skips the rest of the same upstream's budget when there is a next upstream
+    assert [c.upstream for c in env.provider.calls] == ["slow", "backup"]
+
+
+def test_no_output_in_time_is_a_retryable_failure(env: Env) -> None:
+    env.provider.script("slow", Reply.sse(wire.CHAT_ROLE, 3.0, *wire.chat_stream("too late")))
+    mark = env.mitm.log_mark()
+    result = env.curl(url(env, "slow"), env.chat_body())
+    assert result.body == BACKUP_BYTES
+    assert b"too late" not in result.body
+    assert [c.upstream for c in env.provider.calls] == ["slow", "backup"]
+    log = env.mitm.wait_for_log("switchyard.fallback_answered", mark)
+    assert "upstream=slow attempt=1 phase=staging status=504 event=timeout decision=next_upstream" in log
+
+
+def test_stall_after_output_ends_with_an_in_band_error(env: Env) -> None:
+    content = wire.chat_chunk({"content": "started"})
+    env.provider.script("slow", Reply.sse(wire.CHAT_ROLE, content, 5.0, wire.CHAT_DONE))
+    result = env.curl(url(env, "slow"), env.chat_body())
+    assert result.body.startswith(wire.CHAT_ROLE + content)
+    error = json.loads(result.body[len(wire.CHAT_ROLE + content):].removeprefix(b"data: "))["error"]
+    assert error["code"] == "stream_stalled"
+    assert [c.upstream for c in env.provider.calls] == ["slow"]  # never replayed after output
+
+
+def test_long_pre_answer_phase_sends_headers_and_keepalive_comments(env: Env) -> None:
+    env.provider.script("keepalive", Reply.sse(wire.CHAT_ROLE, 0.7, wire.chat_error(503, "overloaded")))
+    env.provider.script("backup", Reply.sse(0.5, *wire.chat_stream(wire.answer_text("backup"))))
+    result = env.curl(url(env, "keepalive"), env.chat_body())
+    assert result.status == 200
+    assert result.headers["x-switchyard-upstream"] == "pending"
+    keepalive = b": switchyard keepalive\n\n"
+    assert result.body.startswith(keepalive)
+    announce = b": switchyard upstream=backup attempts=2\n\n"
+    head, sep, answer = result.body.partition(announce)
+    assert sep and answer == BACKUP_BYTES
+    assert head == keepalive * head.count(keepalive)  # only comments before the answer
+
+
+def test_final_failure_after_keepalive_arrives_as_an_in_band_error(env: Env) -> None:
+    body = {"error": {"message": "Overloaded everywhere", "type": "server_error"}}
+    env.provider.script("keepalive", Reply.sse(0.5, wire.chat_error(503, "first")))
+    slow_503 = Reply.json(503, body)
+    slow_503.delay_headers_s = 0.5
+    env.provider.script("backup", slow_503)
+    result = env.curl(url(env, "keepalive"), env.chat_body())
+    assert result.status == 200
+    frames = [f for f in result.body.split(b"\n\n") if f]
+    assert all(f == b": switchyard keepalive" for f in frames[:-1])
+    error = json.loads(frames[-1].removeprefix(b"data: "))["error"]
+    assert error["message"] == "Overloaded everywhere"
+    assert [c.upstream for c in env.provider.calls] == ["keepalive", "backup"]
+
+
+def test_staging_past_the_limit_commits_and_passes_through(env: Env) -> None:
+    # lifecycle frames only, more than the route's 300-byte staging limit: replay is no longer safe
+    filler = [wire.chat_chunk({"role": "assistant", "content": ""}) for _ in range(3)]
+    sent = [*filler, wire.chat_error(503, "late failure"), wire.CHAT_DONE]
+    env.provider.script("tiny", Reply.sse(*sent))
+    result = env.curl(url(env, "tiny"), env.chat_body())
+    assert result.body == b"".join(sent)
+    assert [c.upstream for c in env.provider.calls] == ["tiny"]
