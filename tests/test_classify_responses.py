@@ -398,7 +398,7 @@ def test_body_error() -> None:
     }
     info = api.body_error(failed)
     assert info is not None and ErrorPolicy().decide(info) is Decision.NEXT_UPSTREAM
-    ok = {"id": "resp_2", "object": "response", "status": "completed", "error": None, "output": []}
+    ok: dict[str, object] = {"id": "resp_2", "object": "response", "status": "completed", "error": None, "output": []}
     assert api.body_error(ok) is None
     assert api.body_error([1, 2]) is None
 

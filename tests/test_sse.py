@@ -169,8 +169,10 @@ def test_data_with_and_without_space(raw: bytes) -> None:
 
 def test_only_one_leading_space_is_stripped() -> None:
     assert parse_frame(b"data:  two\n\n").data == " two"
-    assert parse_frame(b"data:\n\n").data == ""
-    assert parse_frame(b"data\n\n").data == ""  # a field name alone has an empty value
+    empty = parse_frame(b"data:\n\n")  # an empty data buffer dispatches nothing (WHATWG)
+    assert empty.comment_only and empty.data is None
+    assert parse_frame(b"\xef\xbb\xbfdata: first\n\n").data == "first"  # a leading BOM is ignored
+    assert parse_frame(b"data\n\n").comment_only  # an empty data buffer dispatches nothing  # a field name alone has an empty value
 
 
 def test_multiline_data_joined_with_newline() -> None:
@@ -194,10 +196,10 @@ def test_event_lines() -> None:
     assert parse_frame(b"event:ping\ndata: {}\n\n").event == "ping"
 
 
-def test_id_and_retry_fields_are_fields() -> None:
+def test_id_and_retry_fields_are_fields_that_dispatch_nothing() -> None:
     event = parse_frame(b"id: 7\nretry: 100\n\n")
-    assert not event.comment_only and not event.bare_json
-    assert event.data is None
+    assert not event.bare_json
+    assert event.comment_only and event.data is None  # no data: nothing reaches a client
 
 
 def test_leading_blank_lines_stay_with_the_next_frame() -> None:
@@ -396,10 +398,12 @@ _LINE_BODY = st.one_of(
     st.sampled_from([b"id: 1", b"retry: 100", b"data", b"{", b'"error": {', b"}", b""]),
     _VALUE,
 )
-_PIECE = st.tuples(_LINE_BODY, _EOL, st.booleans()).map(
-    # most lines end; a few run into the next piece (no line end)
+_LINE_PIECE = st.tuples(_LINE_BODY, _EOL, st.integers(0, 3)).map(
+    # most lines end; some run into the next piece (no line end)
     lambda t: t[0] + t[1] if t[2] or not t[0] else t[0]
 )
+# about one piece in three is a blank line, so streams hold many frames
+_PIECE = st.one_of(_LINE_PIECE, _EOL, _LINE_PIECE)
 STREAMS = st.lists(_PIECE, max_size=25).map(b"".join)
 
 
@@ -496,3 +500,13 @@ def test_json_data_round_trips(obj: dict[str, str], eol: bytes) -> None:
     frames = split_all([raw])
     assert raws(frames) == [raw]
     assert frames[0].event.json() == obj
+
+
+def test_drain_hands_back_the_tail_and_resets() -> None:
+    splitter = FrameSplitter()
+    assert raws(splitter.feed(b"data: a\n\ndata: b\r")) == [b"data: a\n\n"]
+    assert splitter.drain() == b"data: b\r"
+    assert splitter.pending == 0
+    assert splitter.drain() == b""
+    # state is reset: a leading LF is not taken as the second half of the drained CR
+    assert raws(splitter.feed(b"\ndata: c\n\n")) == [b"\ndata: c\n\n"]

@@ -84,7 +84,7 @@ def _split_lines(text: str) -> list[str]:
 
 
 def parse_frame(raw: bytes) -> SseEvent:
-    text = raw.decode("utf-8", errors="replace")
+    text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")  # a stream may start with a BOM
     lines = _split_lines(text)
     event: str | None = None
     data_lines: list[str] = []
@@ -112,8 +112,9 @@ def parse_frame(raw: bytes) -> SseEvent:
         candidate = "\n".join(other_lines).strip()
         if candidate.startswith("{"):
             return SseEvent(data=candidate, bare_json=True)
-    if not saw_field:
-        # comments or blank lines only: nothing a client would act on
+    if not saw_field or (not data_lines and event is None) or data_lines == [""]:
+        # comments, blank lines, or an empty data buffer: per the SSE spec
+        # nothing is dispatched, so there is nothing a client would act on
         return SseEvent(comment_only=True)
     return SseEvent(event=event, data="\n".join(data_lines) if data_lines else None)
 

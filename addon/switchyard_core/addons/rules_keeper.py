@@ -44,6 +44,9 @@ class RulesKeeper:
     def configure(self, updated: set[str]) -> None:
         if "switchyard_rules" not in updated:
             return
+        if self.rules is not None and self.path.resolve() == self.rules.source.resolve():
+            self._reload(reason="option set")  # same file (or a rollback to it): keep on error
+            return
         try:
             self._apply(load_rules(self.path))
         except RulesError as exc:

@@ -67,7 +67,9 @@ def _choice_error(choice: Mapping[str, Any], top: Mapping[str, Any]) -> ErrorInf
             type=found.type,
             message=found.message,
             event_type="finish_reason",
-            retryable_hint=True,
+            # the finish reason vouches for "transient" only when the error gives
+            # no status of its own: a 400 beside it stays fatal (DESIGN §3)
+            retryable_hint=found.status is None,
         )
     if reason == "insufficient_system_resource":
         return ErrorInfo(
