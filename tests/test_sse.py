@@ -172,7 +172,7 @@ def test_only_one_leading_space_is_stripped() -> None:
     empty = parse_frame(b"data:\n\n")  # an empty data buffer dispatches nothing (WHATWG)
     assert empty.comment_only and empty.data is None
     assert parse_frame(b"\xef\xbb\xbfdata: first\n\n").data == "first"  # a leading BOM is ignored
-    assert parse_frame(b"data\n\n").comment_only  # an empty data buffer dispatches nothing  # a field name alone has an empty value
+    assert parse_frame(b"data\n\n").comment_only  # a field name alone: an empty value, so nothing
 
 
 def test_multiline_data_joined_with_newline() -> None:

@@ -1,0 +1,77 @@
+"""rules.yaml as a running mitmdump sees it: start-up errors and edits while running."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from tests.conftest import CLIENT_SECRET
+from tests.support import wire
+from tests.support.fake_provider import FakeProvider, Reply
+from tests.support.mitm import ADDON, MITMDUMP, start_mitmdump
+
+GOOD = """\
+version: 1
+routes:
+  - name: chat
+    match: {{path: /primary/v1/chat/completions}}
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
+      - {{name: {backup_name}, url: "http://127.0.0.1:{port}/{backup_name}/v1/chat/completions"}}
+"""
+
+
+def test_broken_rules_stop_start_up_naming_file_line_and_field(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\nroutes:\n  - name: chat\n    match: {path: /v1/chat/completions}\n    upstreams:\n      - {name: a, url: original, retries: -1}\n")
+    done = subprocess.run(
+        [str(MITMDUMP), "-s", str(ADDON), "--listen-host", "127.0.0.1", "-p", "0", "--set", f"switchyard_rules={rules}",
+         "--set", f"confdir={tmp_path / 'conf'}"],
+        capture_output=True, timeout=60, cwd=tmp_path,
+    )
+    output = (done.stdout + done.stderr).decode()
+    assert done.returncode != 0
+    assert f"{rules}:6: routes[0].upstreams[0].retries: Input should be greater than or equal to 0" in output
+    assert "Traceback" not in output
+
+
+def curl_through(proxy_url: str, url: str) -> bytes:
+    done = subprocess.run(
+        ["curl", "-sS", "-N", "--max-time", "10", "-x", proxy_url, "--noproxy", "", "-H", f"Authorization: Bearer {CLIENT_SECRET}",
+         "--data-binary", '{"model":"gpt-4o","stream":true,"messages":[]}', url],
+        capture_output=True, timeout=20,
+    )
+    return done.stdout
+
+
+def test_editing_rules_while_running_applies_and_a_broken_edit_keeps_the_last_good(tmp_path: Path) -> None:
+    provider = FakeProvider().start()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(GOOD.format(port=provider.ports[1], backup_name="backup"))
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log")
+    failing = Reply.sse(wire.chat_error(503, "overloaded"))
+    url = provider.url("primary", "/v1/chat/completions")
+    try:
+        provider.script("primary", failing)
+        assert curl_through(dump.proxy_url, url) == b"".join(wire.chat_stream(wire.answer_text("backup")))
+
+        mark = dump.log_mark()
+        time.sleep(1.1)  # a different mtime second for coarse file systems
+        rules.write_text(GOOD.format(port=provider.ports[1], backup_name="standby"))
+        dump.wait_for_log("switchyard.rules_reloaded", mark)
+        provider.script("primary", failing)
+        assert curl_through(dump.proxy_url, url) == b"".join(wire.chat_stream(wire.answer_text("standby")))
+
+        mark = dump.log_mark()
+        time.sleep(1.1)
+        rules.write_text("version: 1\nroutes:\n  - name: chat\n    upstreams: nope\n")
+        log = dump.wait_for_log("switchyard.rules_invalid", mark)
+        assert f"{rules}:4: routes[0].upstreams: Input should be a valid list" in log
+        assert "last good rules" in log
+        provider.script("primary", failing)
+        assert curl_through(dump.proxy_url, url) == b"".join(wire.chat_stream(wire.answer_text("standby")))
+        assert dump.process.poll() is None
+    finally:
+        dump.stop()
+        provider.stop()
