@@ -378,3 +378,23 @@ def test_log_lines_name_each_decision_and_never_a_secret(env: Env) -> None:
     whole = env.mitm.log()
     for secret in (CLIENT_SECRET, BACKUP_SECRET, BODY_MARKER):
         assert secret not in whole
+
+
+# --- compressed upstream answers --------------------------------------------------------
+
+
+def test_gzip_encoded_answers_are_classified_and_relayed_decoded(env: Env) -> None:
+    import gzip
+
+    failing = Reply.sse(gzip.compress(HEADLINE), headers={"Content-Encoding": "gzip"})
+    env.provider.script("primary", failing, failing)
+    answer = wire.chat_completion("decoded")
+    env.provider.script("backup", Reply.sse(gzip.compress(BACKUP_BYTES), headers={"Content-Encoding": "gzip"}))
+    result = env.curl(chat_url(env), env.chat_body(), headers={"Accept-Encoding": "gzip, br, zstd"})
+    assert result.body == BACKUP_BYTES
+    assert "content-encoding" not in result.headers
+    assert all(c.headers.get("Accept-Encoding") == "gzip, deflate" for c in env.provider.calls)
+    env.provider.reset()
+    env.provider.script("primary", Reply(200, [gzip.compress(json.dumps(answer).encode())], content_type="application/json", headers={"Content-Encoding": "gzip"}))
+    result = env.curl(chat_url(env), env.chat_body(stream=False), headers={"Accept-Encoding": "gzip"})
+    assert json.loads(result.body) == answer

@@ -238,11 +238,7 @@ class AttemptLoop:
             response.close()
 
     async def _http_failure(self, response: aiohttp.ClientResponse, record: AttemptRecord, fail) -> _Failed | None:  # type: ignore[no-untyped-def]
-        try:
-            async with asyncio.timeout(self.settings.request_timeout_s or None):
-                body = await response.content.read(ERROR_BODY_LIMIT)
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            body = b""
+        body = await self._read_error_body(response)
         info = http_error_info(response.status, body)
         failed = fail(
             info,
@@ -256,6 +252,22 @@ class AttemptLoop:
             await self._forward_failure(captured, info, record)
             return None
         return failed
+
+    async def _read_error_body(self, response: aiohttp.ClientResponse) -> bytes:
+        """An error body, bounded in size and time: it should follow its headers promptly."""
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.settings.headers_timeout_s or self.settings.request_timeout_s or None):
+                while size < ERROR_BODY_LIMIT:
+                    chunk, error = await read_some(response.content)
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if not chunk or error is not None:
+                        break
+        except TimeoutError:
+            pass
+        return b"".join(chunks)[:ERROR_BODY_LIMIT]
 
     async def _whole(self, response: aiohttp.ClientResponse, upstream: Upstream, record: AttemptRecord, fail) -> _Failed | None:  # type: ignore[no-untyped-def]
         """A non-streaming answer: a 2xx without an error object commits."""

@@ -63,6 +63,8 @@ RESPONSE_DROP = frozenset(
     }
 )
 
+ACCEPT_ENCODING = "gzip, deflate"
+
 REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-generation-id", "apim-request-id", "cf-ray")
 
 
@@ -106,6 +108,9 @@ def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequ
             continue
         if cross_origin and lowered in CREDENTIAL_HEADERS:
             continue
+        if lowered == "accept-encoding":
+            # only what the relay can decode: it hands clients decoded bytes
+            value = ACCEPT_ENCODING
         headers.append((name, value))
     headers.extend(upstream.headers)
     if upstream.auth is not None:
