@@ -103,7 +103,7 @@ class Router:
             headers=tuple(request.headers.items(multi=True)),
             body=request.raw_content or b"",
         )
-        exchange = relay.register(route, original)
+        exchange = relay.register(route, original, self.keeper.faults)
         self._live[flow.id] = exchange
         flow.metadata[METADATA_KEY] = {"route": route.name, "original_url": original.url}
         request.scheme = "http"

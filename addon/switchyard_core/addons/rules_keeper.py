@@ -14,6 +14,7 @@ from pathlib import Path
 from mitmproxy import command, ctx, exceptions
 
 from .. import observe
+from ..faults import FaultPlan
 from ..rules import Rules, RulesError, default_rules_path, load_rules
 
 log = logging.getLogger("switchyard")
@@ -24,6 +25,7 @@ WATCH_INTERVAL_S = 1.0
 class RulesKeeper:
     def __init__(self) -> None:
         self.rules: Rules | None = None
+        self.faults: FaultPlan | None = None  # counts restart with each new set of rules
         self._mtime: float | None = None
         self._watcher: asyncio.Task[None] | None = None
 
@@ -85,6 +87,7 @@ class RulesKeeper:
     def _apply(self, rules: Rules) -> None:
         first = self.rules is None
         self.rules = rules
+        self.faults = FaultPlan(rules.faults) if rules.faults else None
         self._mtime = self._current_mtime()
         for warning in rules.warnings:
             log.warning("switchyard.rules_warning %s", warning)

@@ -1,20 +1,18 @@
 """The attempt loop: try upstreams in order until one produces output.
 
 Each attempt either commits (the client gets that upstream's answer, and
-nothing is ever replayed afterwards), fails before output (discarded: retry
-the same upstream within budget, or move on), or is the last possible one,
-in which case its failure is forwarded as the provider sent it.  The client
-side is a `ClientSink`; the upstream side is `UpstreamClient`; this module
-holds only the policy between them.
+nothing is replayed afterwards), fails before output (discarded: retry the
+same upstream within budget, or move on), or is the last possible one, in
+which case its failure is forwarded as the provider sent it.  The client side
+is a `ClientSink`, the upstream side an `UpstreamAnswer`; this module holds
+only the policy between them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import logging
-import random
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -22,14 +20,18 @@ from typing import Protocol
 import aiohttp
 
 from .. import observe
+from ..faults import FaultyAnswer
 from ..gate import Gate, GateStep
 from ..protocols import APIS, Api, Decision, ErrorInfo, ErrorPolicy
 from ..protocols.errors import http_error_info
 from ..rules import Upstream
 from .exchange import AttemptRecord, Exchange
-from .upstream import CREDENTIAL_HEADERS, UpstreamClient, build_request, client_headers, read_some, request_id
+from .retry import Plan, plan_after_failure, retry_after_s
+from .upstream import CREDENTIAL_HEADERS, UpstreamAnswer, UpstreamClient, build_request, client_headers, request_id
 
 ERROR_BODY_LIMIT = 1024 * 1024
+SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache")]
+KEEPALIVE_FRAME = b": switchyard keepalive\n\n"
 
 
 class ClientSink(Protocol):
@@ -45,67 +47,6 @@ class ClientSink(Protocol):
     async def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What follows a failed attempt."""
-
-    action: str  # "retry" | "next" | "give_up"
-    delay_s: float = 0.0
-
-
-def retry_after_s(headers: "aiohttp.typedefs.LooseHeaders | None") -> float | None:
-    """`retry-after-ms`, then `retry-after` (seconds or an HTTP date), as the SDKs read them."""
-    if not headers:
-        return None
-    raw_ms = headers.get("retry-after-ms")  # type: ignore[union-attr]
-    if raw_ms:
-        try:
-            return max(0.0, float(raw_ms) / 1000)
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")  # type: ignore[union-attr]
-    if not raw:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def plan_after_failure(
-    decision: Decision,
-    *,
-    tries_used: int,
-    budget: int,
-    has_next: bool,
-    timed_out: bool,
-    retry_after: float | None,
-    backoff_ms: int,
-    max_backoff_ms: int,
-) -> Plan:
-    """DESIGN §4: same upstream within budget (with backoff), then the next, else give up."""
-    move_on = Plan("next") if has_next else Plan("give_up")
-    if decision is Decision.FATAL:
-        return Plan("give_up")
-    if decision is Decision.NEXT_UPSTREAM:
-        return move_on
-    if timed_out and has_next:
-        return move_on  # retrying a silent provider only multiplies the wait
-    if tries_used > budget:
-        return move_on
-    if retry_after is not None:
-        if retry_after * 1000 > max_backoff_ms:
-            return move_on
-        return Plan("retry", retry_after)
-    base = min(max_backoff_ms, backoff_ms * 2 ** (tries_used - 1))
-    return Plan("retry", base * (1 - 0.25 * random.random()) / 1000)
-
-
 @dataclass(slots=True)
 class _Failed:
     info: ErrorInfo
@@ -115,7 +56,7 @@ class _Failed:
 
 
 @dataclass(slots=True)
-class _Captured:
+class _Answered:
     """A failure as the provider sent it, kept in case it turns out to be the last."""
 
     status: int
@@ -123,14 +64,14 @@ class _Captured:
     body: bytes
 
 
-class TransportFailure(Exception):
-    def __init__(self, info: ErrorInfo, *, timed_out: bool = False) -> None:
-        super().__init__(info.message)
-        self.info = info
-        self.timed_out = timed_out
+@dataclass(slots=True)
+class _Try:
+    """One attempt in progress: which upstream, how much budget is used."""
 
-
-SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache")]
+    upstream: Upstream
+    tries: int
+    has_next: bool
+    record: AttemptRecord
 
 
 class AttemptLoop:
@@ -144,10 +85,9 @@ class AttemptLoop:
         self.sink = sink
         self._secrets = _secrets_of(exchange)
         self._keepalive: asyncio.Task[None] | None = None
-        self._last_answered: _Captured | None = None
-        self._winner: AttemptRecord | None = None
+        self._last_answered: _Answered | None = None
 
-    # --- the loop -------------------------------------------------------------
+    # --- the loop -------------------------------------------------------------------
 
     async def run(self) -> None:
         if self.exchange.request.wants_stream and self.settings.pre_answer_keepalive_s > 0:
@@ -161,25 +101,23 @@ class AttemptLoop:
         upstreams = self.route.upstreams
         last: _Failed | None = None
         for index, upstream in enumerate(upstreams):
-            has_next = index + 1 < len(upstreams)
             tries = 0
             while True:
                 tries += 1
-                outcome = await self._attempt(upstream, tries, has_next)
-                if outcome is None:
+                last = await self._attempt(upstream, tries, has_next=index + 1 < len(upstreams))
+                if last is None:
                     return  # the client got an answer
-                last = outcome
-                if outcome.plan.action == "retry":
-                    await asyncio.sleep(outcome.plan.delay_s)
+                if last.plan.action == "retry":
+                    await asyncio.sleep(last.plan.delay_s)
                     continue
-                if outcome.plan.action == "next":
+                if last.plan.action == "next":
                     break
-                await self._exhausted(outcome)
+                await self._exhausted(last)
                 return
         if last is not None:
             await self._exhausted(last)
 
-    # --- one attempt --------------------------------------------------------------
+    # --- one attempt ----------------------------------------------------------------
 
     async def _attempt(self, upstream: Upstream, tries: int, has_next: bool) -> _Failed | None:
         request = build_request(self.exchange.request, upstream)
@@ -188,126 +126,108 @@ class AttemptLoop:
             upstream=upstream.name,
             url=request.url,
             started=time.monotonic(),
+            request_headers=request.headers,
         )
         self.exchange.attempts.append(record)
+        attempt = _Try(upstream, tries, has_next, record)
         settings = self.settings
         first_output_s = settings.first_output_timeout_s if self.exchange.request.wants_stream else 0.0
-        headers_s = min(t for t in (settings.headers_timeout_s, first_output_s, float("inf")) if t > 0)
-
-        def fail(info: ErrorInfo, *, timed_out: bool = False, should_retry: str | None = None,
-                 retry_after: float | None = None) -> _Failed:
-            decision = self.policy.decide(info, should_retry)
-            plan = plan_after_failure(
-                decision,
-                tries_used=tries,
-                budget=upstream.retries,
-                has_next=has_next,
-                timed_out=timed_out,
-                retry_after=retry_after,
-                backoff_ms=settings.backoff_ms,
-                max_backoff_ms=settings.max_backoff_ms,
-            )
-            record.status, record.code, record.message = info.status, info.code or info.type, info.message
-            record.event_type = info.event_type
-            return _Failed(info, decision, plan, timed_out)
-
+        header_bounds = [t for t in (settings.headers_timeout_s, first_output_s) if t > 0]
+        headers_s = min(header_bounds) if header_bounds else None
         try:
-            async with asyncio.timeout(headers_s if headers_s != float("inf") else None):
-                response = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s)
+            async with asyncio.timeout(headers_s):
+                answer = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s)
         except TimeoutError:
-            timed = "no output" if first_output_s and first_output_s <= settings.headers_timeout_s else "no response headers"
-            failed = fail(ErrorInfo(status=504, message=f"{timed} within {headers_s:g}s", event_type="timeout"), timed_out=True)
-            self._log_failed(record, failed)
-            return failed
+            what = "no output" if headers_s == first_output_s else "no response headers"
+            return self._fail(attempt, ErrorInfo(status=504, message=f"{what} within {headers_s:g}s", event_type="timeout"), timed_out=True)
         except (aiohttp.ClientError, OSError) as exc:
-            failed = fail(_transport_info(exc))
-            self._log_failed(record, failed)
-            return failed
+            return self._fail(attempt, _transport_info(exc))
 
+        fault = self.exchange.faults.pick(self.route.name, upstream.name) if self.exchange.faults else None
+        if fault is not None:
+            record.fault = fault.kind
+            observe.emit(logging.INFO, "switchyard.fault_injected", route=self.route.name, upstream=upstream.name,
+                         attempt=record.attempt, kind=fault.kind, after_frames=fault.after_frames)
+            answer = FaultyAnswer(answer, fault, self.api.name)
         try:
             record.phase = "headers"
-            record.status = response.status
-            record.request_id = request_id(response.headers)
-            if not 200 <= response.status < 300:
-                return await self._http_failure(response, record, fail)
-            content_type = response.headers.get("Content-Type", "").lower()
-            if "text/event-stream" in content_type:
-                return await self._stream(response, upstream, record, fail, first_output_s)
-            return await self._whole(response, upstream, record, fail)
+            record.status = answer.status
+            record.request_id = request_id(answer.headers)
+            if not 200 <= answer.status < 300:
+                return await self._http_failure(answer, attempt)
+            if "text/event-stream" in answer.headers.get("Content-Type", "").lower():
+                return await self._stream(answer, attempt, first_output_s)
+            return await self._whole(answer, attempt)
         finally:
-            response.close()
+            answer.close()
 
-    async def _http_failure(self, response: aiohttp.ClientResponse, record: AttemptRecord, fail) -> _Failed | None:  # type: ignore[no-untyped-def]
-        body = await self._read_error_body(response)
-        info = http_error_info(response.status, body)
-        failed = fail(
-            info,
-            should_retry=response.headers.get("x-should-retry"),
-            retry_after=retry_after_s(response.headers),
+    def _fail(self, attempt: _Try, info: ErrorInfo, *, timed_out: bool = False,
+              headers: "dict[str, str] | None" = None) -> _Failed:
+        """Decide what a failure is worth and what comes next; log the decision."""
+        should_retry = headers.get("x-should-retry") if headers else None
+        decision = self.policy.decide(info, should_retry)
+        plan = plan_after_failure(
+            decision,
+            tries_used=attempt.tries,
+            budget=attempt.upstream.retries,
+            has_next=attempt.has_next,
+            timed_out=timed_out,
+            retry_after=retry_after_s(headers),
+            backoff_ms=self.settings.backoff_ms,
+            max_backoff_ms=self.settings.max_backoff_ms,
         )
+        failed = _Failed(info, decision, plan, timed_out)
+        record = attempt.record
+        record.status, record.code, record.message = info.status, info.code or info.type, self._redact(info.message)
+        record.event_type = info.event_type
         self._log_failed(record, failed)
-        captured = _Captured(response.status, client_headers(response.headers), body)
-        self._last_answered = captured
+        return failed
+
+    async def _http_failure(self, answer: UpstreamAnswer, attempt: _Try) -> _Failed | None:
+        body = await self._read_bounded(answer, ERROR_BODY_LIMIT, self.settings.headers_timeout_s or self.settings.request_timeout_s)
+        failed = self._fail(attempt, http_error_info(answer.status, body), headers=answer.headers)  # type: ignore[arg-type]
+        answered = self._keep(attempt, _Answered(answer.status, client_headers(answer.headers), body))
         if failed.plan.action == "give_up":
-            await self._forward_failure(captured, info, record)
+            await self._forward_answered(answered, failed.info)
             return None
         return failed
 
-    async def _read_error_body(self, response: aiohttp.ClientResponse) -> bytes:
-        """An error body, bounded in size and time: it should follow its headers promptly."""
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(self.settings.headers_timeout_s or self.settings.request_timeout_s or None):
-                while size < ERROR_BODY_LIMIT:
-                    chunk, error = await read_some(response.content)
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if not chunk or error is not None:
-                        break
-        except TimeoutError:
-            pass
-        return b"".join(chunks)[:ERROR_BODY_LIMIT]
-
-    async def _whole(self, response: aiohttp.ClientResponse, upstream: Upstream, record: AttemptRecord, fail) -> _Failed | None:  # type: ignore[no-untyped-def]
+    async def _whole(self, answer: UpstreamAnswer, attempt: _Try) -> _Failed | None:
         """A non-streaming answer: a 2xx without an error object commits."""
-        record.phase = "body"
+        attempt.record.phase = "body"
         try:
             async with asyncio.timeout(self.settings.request_timeout_s or None):
-                body = await response.read()
+                body, error = await self._read_all(answer)
         except TimeoutError:
-            failed = fail(ErrorInfo(status=504, message="no complete answer within request_timeout_s", event_type="timeout"), timed_out=True)
-            self._log_failed(record, failed)
-            return failed
-        except (aiohttp.ClientError, OSError) as exc:
-            failed = fail(_transport_info(exc))
-            self._log_failed(record, failed)
-            return failed
-        headers = client_headers(response.headers)
+            info = ErrorInfo(status=504, message="no complete answer within request_timeout_s", event_type="timeout")
+            return self._fail(attempt, info, timed_out=True)
+        if error is not None:
+            return self._fail(attempt, _transport_info(error))
+        headers = client_headers(answer.headers)
         info = None
-        if "json" in response.headers.get("Content-Type", "").lower():
+        if "json" in answer.headers.get("Content-Type", "").lower():
             try:
                 info = self.api.body_error(json.loads(body))
             except (ValueError, RecursionError):
                 info = None
         if info is not None:
-            failed = fail(info, should_retry=response.headers.get("x-should-retry"))
-            self._log_failed(record, failed)
-            self._last_answered = _Captured(response.status, headers, body)
+            failed = self._fail(attempt, info, headers=answer.headers)  # type: ignore[arg-type]
+            answered = self._keep(attempt, _Answered(answer.status, headers, body))
             if failed.plan.action == "give_up":
-                await self._forward_failure(self._last_answered, info, record)
+                await self._forward_answered(answered, info)
                 return None
             return failed
-        self._commit(record, upstream, "body")
+        self._commit(attempt, "body")
         await self._stop_keepalive()
         if self.sink.headers_sent:
             await self.sink.write(body)  # keepalive already promised a stream; best effort
         else:
-            await self.sink.send_whole(response.status, self._with_ours(headers), body)
+            await self.sink.send_whole(answer.status, self._with_ours(headers), body)
         return None
 
-    async def _stream(self, response: aiohttp.ClientResponse, upstream: Upstream, record: AttemptRecord, fail, first_output_s: float) -> _Failed | None:  # type: ignore[no-untyped-def]
+    async def _stream(self, answer: UpstreamAnswer, attempt: _Try, first_output_s: float) -> _Failed | None:
         settings = self.settings
+        record = attempt.record
         gate = Gate(
             self.api.stream_classifier(),
             staging_limit=settings.staging_limit,
@@ -315,7 +235,6 @@ class AttemptLoop:
         )
         record.phase = "staging"
         deadline = record.started + first_output_s if first_output_s else None
-        stream = response.content
         while True:
             if gate.committed:
                 wait = settings.idle_timeout_s or None
@@ -323,75 +242,67 @@ class AttemptLoop:
                 wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 async with asyncio.timeout(wait):
-                    chunk, error = await read_some(stream)
+                    chunk, error = await answer.read_some()
             except TimeoutError:
                 if gate.committed:
                     await self._end_cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output", "stream_stalled")
                     return None
-                failed = fail(ErrorInfo(status=504, message=f"no output within {first_output_s:g}s", event_type="timeout"), timed_out=True)
-                self._log_failed(record, failed)
-                return failed
+                info = ErrorInfo(status=504, message=f"no output within {first_output_s:g}s", event_type="timeout")
+                return self._fail(attempt, info, timed_out=True)
             if chunk:
                 step: GateStep | None = gate.feed(chunk)
             else:
                 step = gate.finish() if error is None else None
             if step is not None:
-                outcome = await self._apply(step, gate, response, upstream, record, fail)
+                outcome = await self._apply(step, gate, answer, attempt)
                 if outcome is not _CONTINUE:
                     return outcome  # type: ignore[return-value]
             if error is not None:
-                if gate.committed:
-                    if gate.complete:
-                        return None
+                if not gate.committed:
+                    return self._fail(attempt, _transport_info(error))
+                if not gate.complete:
                     await self._end_cut(record, "upstream connection broke after output", "stream_cut")
-                    return None
-                failed = fail(_transport_info(error))
-                self._log_failed(record, failed)
-                return failed
-            if not chunk:
-                # end of the upstream body; finish() above committed or failed
+                return None
+            if not chunk:  # end of the upstream body; finish() above committed or failed
                 if not gate.complete and not self.exchange.suppressed_failover:
                     await self._end_cut(record, "upstream ended the stream before completing the answer", "stream_cut")
                 return None
 
-    async def _apply(self, step: GateStep, gate: Gate, response: aiohttp.ClientResponse, upstream: Upstream, record: AttemptRecord, fail) -> "_Failed | None | object":  # type: ignore[no-untyped-def]
+    async def _apply(self, step: GateStep, gate: Gate, answer: UpstreamAnswer, attempt: _Try) -> "_Failed | None | object":
         if step.failure is not None:
-            info = step.failure.error or ErrorInfo(message="failure")
-            failed = fail(info, should_retry=response.headers.get("x-should-retry"))
-            self._log_failed(record, failed)
-            headers = client_headers(response.headers)
+            failed = self._fail(attempt, step.failure.error or ErrorInfo(message="failure"), headers=answer.headers)  # type: ignore[arg-type]
+            headers = client_headers(answer.headers)
             if failed.plan.action != "give_up":
-                self._last_answered = _Captured(response.status, headers, gate.give_up())
+                self._keep(attempt, _Answered(answer.status, headers, gate.give_up()))
                 return failed
             # the last possible attempt: the client gets it as the provider sent it
-            record.phase = "forwarded"
+            attempt.record.phase = "forwarded"
+            self.exchange.outcome = "gave_up"
             await self._stop_keepalive()
             if not self.sink.headers_sent:
-                await self.sink.start(response.status, self._with_ours(headers))
+                await self.sink.start(answer.status, self._with_ours(headers))
             await self.sink.write(gate.give_up())
-            await self._pass_rest(response)
-            self.exchange.outcome = "gave_up"
+            await self._pass_rest(answer)
             return None
         if step.committed:
-            self._commit(record, upstream, step.first_event or "output")
+            self._commit(attempt, step.first_event or "output")
             await self._stop_keepalive()
             if self.sink.headers_sent:
-                await self.sink.write(
-                    f": switchyard upstream={upstream.name} attempts={len(self.exchange.attempts)}\n\n".encode()
-                )
+                upstream = attempt.upstream.name
+                await self.sink.write(f": switchyard upstream={upstream} attempts={len(self.exchange.attempts)}\n\n".encode())
             else:
-                await self.sink.start(response.status, self._with_ours(client_headers(response.headers)))
+                await self.sink.start(answer.status, self._with_ours(client_headers(answer.headers)))
         for failure in step.failures_after_output:
-            self._log_suppressed(record, failure.error, failure.event_type)
+            self._log_suppressed(attempt.record, failure.error, failure.event_type)
         if step.emit:
             await self.sink.write(step.emit)
         return _CONTINUE
 
-    async def _pass_rest(self, response: aiohttp.ClientResponse) -> None:
+    async def _pass_rest(self, answer: UpstreamAnswer) -> None:
         while True:
             try:
                 async with asyncio.timeout(self.settings.idle_timeout_s or None):
-                    chunk, error = await read_some(response.content)
+                    chunk, error = await answer.read_some()
             except TimeoutError:
                 return
             if chunk:
@@ -399,13 +310,43 @@ class AttemptLoop:
             if error is not None or not chunk:
                 return
 
-    # --- endings ------------------------------------------------------------------
+    async def _read_all(self, answer: UpstreamAnswer) -> tuple[bytes, BaseException | None]:
+        chunks: list[bytes] = []
+        while True:
+            chunk, error = await answer.read_some()
+            chunks.append(chunk)
+            if not chunk or error is not None:
+                return b"".join(chunks), error
 
-    def _commit(self, record: AttemptRecord, upstream: Upstream, first_event: str) -> None:
+    async def _read_bounded(self, answer: UpstreamAnswer, limit: int, timeout_s: float) -> bytes:
+        """An error body, bounded in size and time: it should follow its headers promptly."""
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(timeout_s or None):
+                while size < limit:
+                    chunk, error = await answer.read_some()
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if not chunk or error is not None:
+                        break
+        except TimeoutError:
+            pass
+        return b"".join(chunks)[:limit]
+
+    # --- endings --------------------------------------------------------------------
+
+    def _keep(self, attempt: _Try, answered: _Answered) -> _Answered:
+        """Remember a failed answer: for exhaustion, and to show the attempt in mitmweb."""
+        self._last_answered = answered
+        attempt.record.answer = (answered.status, answered.headers, answered.body)
+        return answered
+
+    def _commit(self, attempt: _Try, first_event: str) -> None:
+        record = attempt.record
         record.phase = "output"
         record.finish("committed")
-        self._winner = record
-        self.exchange.answered_by = upstream.name
+        self.exchange.answered_by = attempt.upstream.name
         self.exchange.answered_url = record.url
         self.exchange.outcome = "committed"
         fields = self._fields(record)
@@ -416,35 +357,35 @@ class AttemptLoop:
 
     async def _end_cut(self, record: AttemptRecord, message: str, code: str) -> None:
         """A stream that broke after output must not look like a clean end."""
+        self.exchange.outcome = code
         observe.emit(logging.WARNING, "switchyard.stream_cut_after_output", **self._fields(record), code=code, message=message)
         await self.sink.write(self.api.error_event(f"switchyard: {message}", code))
 
-    async def _forward_failure(self, captured: _Captured, info: ErrorInfo, record: AttemptRecord) -> None:
+    async def _forward_answered(self, answered: _Answered, info: ErrorInfo) -> None:
         self.exchange.outcome = "gave_up"
         await self._stop_keepalive()
         if self.sink.headers_sent:
-            await self.sink.write(self.api.error_event(info.message or "upstream failed", info.code or info.type or "upstream_error"))
+            code = info.code or info.type or "upstream_error"
+            await self.sink.write(self.api.error_event(info.message or "upstream failed", code))
         else:
-            await self.sink.send_whole(captured.status, self._with_ours(captured.headers), captured.body)
+            await self.sink.send_whole(answered.status, self._with_ours(answered.headers), answered.body)
 
     async def _exhausted(self, last: _Failed) -> None:
         """Nothing left to try and no upstream response open to forward."""
         self.exchange.outcome = "exhausted"
         await self._stop_keepalive()
-        fields = {"route": self.route.name, "attempts": len(self.exchange.attempts)}
-        observe.emit(logging.WARNING, "switchyard.exhausted", **fields, message=self._redact(last.info.message))
-        if self.sink.headers_sent:
-            code = "upstream_timeout" if last.timed_out else "upstream_unavailable"
-            await self.sink.write(self.api.error_event(f"switchyard: every upstream failed; last: {last.info.message}", code))
-            return
-        if self._last_answered is not None:
-            captured = self._last_answered
-            await self.sink.send_whole(captured.status, self._with_ours(captured.headers), captured.body)
-            return
-        status = 504 if last.timed_out else 502
+        observe.emit(logging.WARNING, "switchyard.exhausted", route=self.route.name,
+                     attempts=len(self.exchange.attempts), message=self._redact(last.info.message))
         code = "upstream_timeout" if last.timed_out else "upstream_unavailable"
-        body = self.api.error_body(f"switchyard: no upstream answered; last: {last.info.message}", code)
-        await self.sink.send_whole(status, self._with_ours([("Content-Type", "application/json")]), body)
+        if self.sink.headers_sent:
+            await self.sink.write(self.api.error_event(f"switchyard: every upstream failed; last: {last.info.message}", code))
+        elif self._last_answered is not None:
+            answered = self._last_answered
+            await self.sink.send_whole(answered.status, self._with_ours(answered.headers), answered.body)
+        else:
+            body = self.api.error_body(f"switchyard: no upstream answered; last: {last.info.message}", code)
+            status = 504 if last.timed_out else 502
+            await self.sink.send_whole(status, self._with_ours([("Content-Type", "application/json")]), body)
 
     async def fail_internally(self, what: str) -> None:
         message = f"switchyard: internal error ({what}); see the mitmproxy log"
@@ -454,7 +395,7 @@ class AttemptLoop:
             body = self.api.error_body(message, "switchyard_internal_error")
             await self.sink.send_whole(502, self._with_ours([("Content-Type", "application/json")]), body)
 
-    # --- keepalive ----------------------------------------------------------------
+    # --- keepalive ------------------------------------------------------------------
 
     async def _send_keepalives(self) -> None:
         interval = self.settings.pre_answer_keepalive_s
@@ -462,35 +403,33 @@ class AttemptLoop:
             await asyncio.sleep(interval)
             if not self.sink.headers_sent:
                 await self.sink.start(200, self._with_ours(list(SSE_HEADERS), pending=True))
-            await self.sink.write(b": switchyard keepalive\n\n")
+            await self.sink.write(KEEPALIVE_FRAME)
 
     async def _stop_keepalive(self) -> None:
         task, self._keepalive = self._keepalive, None
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                if asyncio.current_task() is not None and asyncio.current_task().cancelling():  # type: ignore[union-attr]
-                    raise
+        if task is None or task.done():
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are being cancelled ourselves, not just the keepalive
 
-    # --- helpers ------------------------------------------------------------------
+    # --- helpers --------------------------------------------------------------------
 
     def _with_ours(self, headers: list[tuple[str, str]], *, pending: bool = False) -> list[tuple[str, str]]:
-        upstream = "pending" if pending else (self.exchange.attempts[-1].upstream if self.exchange.attempts else "none")
+        attempts = self.exchange.attempts
+        upstream = "pending" if pending else (attempts[-1].upstream if attempts else "none")
         return [
             *headers,
             ("x-switchyard-upstream", upstream),
-            ("x-switchyard-attempts", "pending" if pending else str(len(self.exchange.attempts))),
+            ("x-switchyard-attempts", "pending" if pending else str(len(attempts))),
         ]
 
     def _fields(self, record: AttemptRecord) -> dict[str, object]:
-        return {
-            "route": self.route.name,
-            "upstream": record.upstream,
-            "attempt": record.attempt,
-            "request_id": record.request_id,
-        }
+        return {"route": self.route.name, "upstream": record.upstream, "attempt": record.attempt, "request_id": record.request_id}
 
     def _log_failed(self, record: AttemptRecord, failed: _Failed) -> None:
         outcome = {"retry": "retry", "next": "next_upstream", "give_up": "give_up"}[failed.plan.action]
@@ -509,6 +448,7 @@ class AttemptLoop:
             code=info.code,
             type=info.type,
             event=info.event_type,
+            fault=record.fault,
             decision=outcome,
             delay_s=round(failed.plan.delay_s, 3) if failed.plan.action == "retry" else None,
             message=self._redact(info.message),
@@ -542,18 +482,9 @@ _CONTINUE = object()
 
 def _secrets_of(exchange: Exchange) -> tuple[str, ...]:
     """Credential values this exchange carries: the client's and its upstreams'."""
-    values: list[str] = []
-    for name, value in exchange.request.headers:
-        if name.lower() in CREDENTIAL_HEADERS:
-            values.append(value)
-    for upstream in exchange.route.upstreams:
-        if upstream.auth is not None:
-            values.append(upstream.auth[1])
-    found: set[str] = set()
-    for value in values:
-        for part in (value, *value.split()):
-            if len(part) >= 8:
-                found.add(part)
+    values = [value for name, value in exchange.request.headers if name.lower() in CREDENTIAL_HEADERS]
+    values += [upstream.auth[1] for upstream in exchange.route.upstreams if upstream.auth is not None]
+    found = {part for value in values for part in (value, *value.split()) if len(part) >= 8}
     return tuple(sorted(found, key=len, reverse=True))
 
 

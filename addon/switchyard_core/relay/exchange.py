@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..rules import Route
+
+if TYPE_CHECKING:
+    from ..faults import FaultPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +55,20 @@ class AttemptRecord:
     event_type: str | None = None
     request_id: str | None = None
     duration_s: float | None = None
+    fault: str | None = None  # the injected fault, if this attempt's failure was made on purpose
+    # for the attempt's own flow in mitmweb (not in metadata): what was sent and what came back
+    request_headers: tuple[tuple[str, str], ...] = ()
+    answer: tuple[int, list[tuple[str, str]], bytes] | None = None
+
+    _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
+               "event_type", "request_id", "duration_s", "fault")
 
     def finish(self, outcome: str) -> None:
         self.outcome = outcome
         self.duration_s = round(time.monotonic() - self.started, 4)
 
     def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__ if name != "started"}
+        return {name: getattr(self, name) for name in self._PUBLIC}
 
 
 @dataclass(slots=True)
@@ -70,8 +80,6 @@ class Exchange:
     answered_by: str | None = None  # upstream name whose answer the client got
     answered_url: str | None = None
     suppressed_failover: bool = False
+    faults: "FaultPlan | None" = None
     outcome: str = "pending"  # committed | fallback | gave_up | exhausted | client_gone
 
-    @property
-    def fell_back(self) -> bool:
-        return len(self.attempts) > 1 and self.outcome in ("committed",)

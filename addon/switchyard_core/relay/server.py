@@ -17,6 +17,7 @@ from aiohttp import web
 
 from .. import observe
 from .attempts import AttemptLoop
+from ..faults import FaultPlan
 from ..rules import Route
 from .exchange import Exchange, OriginalRequest
 from .upstream import UpstreamClient
@@ -77,9 +78,9 @@ class Relay:
         self.port: int | None = None
         self.in_flight = 0
 
-    def register(self, route: Route, request: OriginalRequest) -> Exchange:
+    def register(self, route: Route, request: OriginalRequest, faults: FaultPlan | None = None) -> Exchange:
         """An exchange the relay will serve once, for the holder of its token."""
-        exchange = Exchange(token=secrets.token_urlsafe(18), route=route, request=request)
+        exchange = Exchange(token=secrets.token_urlsafe(18), route=route, request=request, faults=faults)
         self._pending[exchange.token] = exchange
         return exchange
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit, parse_qsl, urlencode
 
@@ -132,22 +133,19 @@ def _with_model(body: bytes, model: str) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def request_id(headers: "aiohttp.typedefs.LooseHeaders | object") -> str | None:
-    getter = getattr(headers, "get", None)
-    if getter is None:
-        return None
+def request_id(headers: Mapping[str, str]) -> str | None:
     for name in REQUEST_ID_HEADERS:
-        value = getter(name)
+        value = headers.get(name)
         if value:
             return str(value)[:100]
     return None
 
 
-def client_headers(upstream_headers: "aiohttp.typedefs.LooseHeaders") -> list[tuple[str, str]]:
+def client_headers(upstream_headers: Mapping[str, str]) -> list[tuple[str, str]]:
     """The upstream's response headers as the client should get them."""
     return [
         (name, value)
-        for name, value in upstream_headers.items()  # type: ignore[union-attr]
+        for name, value in upstream_headers.items()
         if name.lower() not in RESPONSE_DROP and not name.lower().startswith("x-switchyard-")
     ]
 
@@ -172,6 +170,25 @@ async def read_some(stream: aiohttp.StreamReader) -> tuple[bytes, BaseException 
         if chunks and offset:
             chunks[0] = chunks[0][offset:]
         return b"".join(chunks), exc
+
+
+class UpstreamAnswer:
+    """One upstream response as the attempt loop reads it: status, headers, bytes.
+
+    The seam where faults are injected (`faults.FaultyAnswer`), so the loop
+    never knows whether a failure was real.
+    """
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status: int = response.status
+        self.headers: Mapping[str, str] = response.headers
+
+    async def read_some(self) -> tuple[bytes, BaseException | None]:
+        return await read_some(self._response.content)
+
+    def close(self) -> None:
+        self._response.close()
 
 
 class UpstreamClient:
@@ -201,7 +218,7 @@ class UpstreamClient:
             )
         return self._session
 
-    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float) -> aiohttp.ClientResponse:
+    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float) -> UpstreamAnswer:
         """Send the request; returns once response headers arrived."""
         timeout = aiohttp.ClientTimeout(
             total=None,
@@ -209,7 +226,7 @@ class UpstreamClient:
             sock_connect=connect_timeout_s or None,
             sock_read=None,
         )
-        return await self.session().request(
+        response = await self.session().request(
             request.method,
             request.url,
             headers=list(request.headers),
@@ -218,6 +235,7 @@ class UpstreamClient:
             allow_redirects=False,
             proxy=self._proxy,
         )
+        return UpstreamAnswer(response)
 
     async def close(self) -> None:
         if self._session is not None and not self._session.closed:

@@ -1,0 +1,182 @@
+"""Failures on purpose (`faults:` in rules.yaml), shaped for the route's API.
+
+A fault never invents an upstream: the real request is sent, and the fault
+replaces its answer (`http_error`) or truncates it after `after_frames` real
+frames and then adds an error (`sse_error`, `response_failed`,
+`overload_message`), a connection reset (`reset`) or silence (`stall`).  The
+attempt loop reads a `FaultyAnswer` exactly as it reads a real one, so an
+injected failure exercises the same paths a provider's would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from .rules.schema import FaultSpec
+from .sse import FrameSplitter
+
+OVERLOAD_TEXT = "Our servers are currently overloaded. Please try again later."
+DEFAULT_STATUS = 503
+DEFAULT_MESSAGE = "provider overloaded (switchyard fault)"
+
+
+class FaultPlan:
+    """The faults of one rules file, with their firing counts."""
+
+    def __init__(self, specs: tuple[FaultSpec, ...], rng: Callable[[], float] = random.random) -> None:
+        self.specs = specs
+        self.fired = [0] * len(specs)
+        self._rng = rng
+
+    def pick(self, route: str, upstream: str) -> FaultSpec | None:
+        for index, spec in enumerate(self.specs):
+            if spec.route != route or (spec.upstream is not None and spec.upstream != upstream):
+                continue
+            if spec.count is not None and self.fired[index] >= spec.count:
+                continue
+            if spec.rate < 1.0 and self._rng() >= spec.rate:
+                continue
+            self.fired[index] += 1
+            return spec
+        return None
+
+
+def _openai_code(status: int) -> str:
+    if status == 429:
+        return "rate_limit_exceeded"
+    if status in (503, 529):
+        return "server_is_overloaded"
+    if status >= 500:
+        return "server_error"
+    return "invalid_request_error"
+
+
+def _anthropic_type(status: int) -> str:
+    return {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        413: "request_too_large",
+        429: "rate_limit_error",
+        503: "overloaded_error",
+        529: "overloaded_error",
+    }.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
+def _sse(event: str | None, payload: object) -> bytes:
+    head = f"event: {event}\n".encode() if event else b""
+    return head + b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def error_frame(api: str, kind: str, status: int, message: str) -> bytes:
+    """The in-stream failure a provider of this API would send."""
+    if api == "anthropic-messages":
+        if kind == "overload_message":
+            return _sse("error", {"type": "error", "error": {"message": message}})
+        return _sse("error", {"type": "error", "error": {"type": _anthropic_type(status), "message": message}})
+    if api == "openai-responses":
+        if kind == "overload_message":
+            return _sse("error", {"type": "error", "code": None, "message": message, "param": None, "sequence_number": 0})
+        error = {"code": _openai_code(status), "message": message}
+        if kind == "response_failed":
+            response = {"id": "resp_switchyard_fault", "object": "response", "status": "failed", "error": error, "output": []}
+            return _sse("response.failed", {"type": "response.failed", "sequence_number": 0, "response": response})
+        nested = {"type": "server_error" if status >= 500 else "invalid_request_error", **error, "param": None}
+        return _sse("error", {"type": "error", "error": nested, "sequence_number": 0})
+    if kind == "overload_message":
+        return _sse(None, {"error": {"message": message}})
+    return _sse(None, {"id": "switchyard-fault", "object": "chat.completion.chunk", "choices": [],
+                       "error": {"code": status, "message": message}})
+
+
+def error_body(api: str, status: int, message: str) -> bytes:
+    if api == "anthropic-messages":
+        return json.dumps({"type": "error", "error": {"type": _anthropic_type(status), "message": message}}).encode()
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": _openai_code(status)}}).encode()
+
+
+class UpstreamAnswerLike(Protocol):
+    """The shape FaultyAnswer wraps (`relay.upstream.UpstreamAnswer`)."""
+
+    status: int
+    headers: Mapping[str, str]
+
+    async def read_some(self) -> tuple[bytes, BaseException | None]: ...
+
+    def close(self) -> None: ...
+
+
+class FaultyAnswer:
+    """A real upstream answer with a fault applied; read like an `UpstreamAnswer`."""
+
+    def __init__(self, real: UpstreamAnswerLike, spec: FaultSpec, api: str) -> None:
+        self._real = real
+        self._spec = spec
+        self._api = api
+        self._status_code = spec.status or DEFAULT_STATUS
+        default = OVERLOAD_TEXT if spec.kind == "overload_message" else DEFAULT_MESSAGE
+        self._message = spec.message or default
+        self._pending: list[bytes] = []  # frames released but not yet read
+        self._passed = 0
+        self._splitter = FrameSplitter()
+        self._done = False
+        if spec.kind == "http_error":
+            self.status = self._status_code
+            headers = CIMultiDict(content_type="application/json")
+            self.headers: Mapping[str, str] = CIMultiDictProxy(headers)
+            self._pending = [error_body(api, self._status_code, self._message)]
+        else:
+            self.status = real.status
+            self.headers = real.headers
+            if spec.after_frames == 0:
+                self._pending = self._ending()
+
+    def _ending(self) -> list[bytes]:
+        kind = self._spec.kind
+        self._done = True
+        if kind in ("reset", "stall"):
+            return []
+        return [error_frame(self._api, kind, self._status_code, self._message)]
+
+    async def read_some(self) -> tuple[bytes, BaseException | None]:
+        while True:
+            if self._pending:
+                out = b"".join(self._pending)
+                self._pending = []
+                return out, None
+            if self._done or self._spec.kind == "http_error":
+                return await self._after_frames()
+            chunk, error = await self._real.read_some()
+            frames = self._splitter.feed(chunk) if chunk else self._splitter.finish()
+            for frame in frames:
+                if self._done:
+                    break
+                self._pending.append(frame.raw)
+                self._passed += 1
+                if self._passed >= self._spec.after_frames:
+                    self._pending.extend(self._ending())
+            if error is not None or not chunk:
+                if not self._done:  # the real answer ended before the fault point
+                    self._pending.extend(self._ending())
+                if not self._pending:
+                    return await self._after_frames()
+
+    async def _after_frames(self) -> tuple[bytes, BaseException | None]:
+        if self._spec.kind == "reset":
+            return b"", ConnectionResetError("connection reset (switchyard fault)")
+        if self._spec.kind == "stall":
+            await asyncio.sleep(3600)  # until a timeout or the client ends it
+        return b"", None
+
+    def close(self) -> None:
+        self._real.close()
+
+
