@@ -109,6 +109,9 @@ class FakeProvider:
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
+        except ConnectionResetError:  # the client left while we were writing
+            self.cancelled += 1
+            return web.Response(status=499)
 
     async def _play(self, request: web.Request, reply: Reply) -> web.StreamResponse:
         if reply.delay_headers_s:
