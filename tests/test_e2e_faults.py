@@ -149,7 +149,7 @@ def test_anthropic_fault_is_shaped_for_the_anthropic_sdk(fenv: Env) -> None:
 
     client = anthropic.Anthropic(api_key=CLIENT_SECRET, base_url=fenv.provider.url("f-anthropic", ""), max_retries=0,
                                  http_client=anthropic.DefaultHttpxClient(proxy=fenv.mitm.proxy_url, trust_env=False))
-    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
+    with client.messages.stream(model="claude-opus-4-7", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
         text = "".join(stream.text_stream)
     assert text == wire.answer_text("backup")
     assert [c.upstream for c in fenv.provider.calls] == ["f-anthropic", "backup"]

@@ -152,3 +152,95 @@ def test_status_command_lists_routes_upstreams_and_credentials(rules_file: Path)
         assert "upstream backup: https://backup.example.com/v1/chat/completions; own auth set; retries=1" in text
         assert "backup-key-123" not in text
         assert "counters: routed=0" in text
+
+
+# --- the flow view: what mitmweb and the console show -------------------------------------
+
+
+async def test_flow_view_shows_the_story_and_each_failed_attempt(tmp_path: Path) -> None:
+    """The relay runs for real against a loopback provider; the test plays mitmproxy's part
+    of sending the re-aimed request to the relay and handing back its answer."""
+    import aiohttp
+    from mitmproxy.addons.view import View
+
+    from tests.support import wire
+    from tests.support.fake_provider import FakeProvider, Reply
+
+    provider = FakeProvider().start()
+    try:
+        rules = tmp_path / "rules.yaml"
+        rules.write_text(f"""\
+version: 1
+defaults: {{backoff_ms: 1, pre_answer_keepalive_s: 0}}
+routes:
+  - name: chat
+    match: {{path: /primary/v1/chat/completions}}
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
+      - name: backup
+        url: http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions
+        auth: {{header: Authorization, value: "Bearer backup-key-123"}}
+""")
+        failure = [wire.CHAT_ROLE, wire.chat_error(503, "provider overloaded")]
+        provider.script("primary", Reply.sse(*failure))
+        keeper, router, view = RulesKeeper(), Router(RulesKeeper()), View()
+        router.keeper = keeper
+        with taddons.context(keeper, router, view) as tctx:
+            tctx.configure(keeper, switchyard_rules=str(rules))
+            flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions")
+            flow.request.scheme, flow.request.port = "http", provider.ports[0]
+            view.add([flow])
+            await router.request(flow)
+            async with aiohttp.ClientSession() as session:
+                async with session.post(flow.request.url, headers=dict(flow.request.headers), data=flow.request.content) as answer:
+                    body = await answer.read()
+                    flow.response = Response.make(answer.status, b"", [(k.encode(), v.encode()) for k, v in answer.headers.items()])
+            router.responseheaders(flow)
+            flow.response.content = body
+            router.response(flow)
+
+            assert body == b"".join(wire.chat_stream(wire.answer_text("backup")))
+            assert flow.request.url == f"http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions"
+            assert flow.comment == "primary: 503 provider overloaded before output → backup answered"
+            assert flow.marked == ":arrows_counterclockwise:"
+            story = flow.metadata["switchyard"]
+            assert (story["route"], story["outcome"], story["answered_by"]) == ("chat", "committed", "backup")
+            assert [(a["upstream"], a["outcome"], a["status"], a["phase"]) for a in story["attempts"]] == [
+                ("primary", "next_upstream", 503, "staging"), ("backup", "committed", 200, "output")]
+
+            flows = list(view)
+            assert len(flows) == 2
+            attempt = flows[1]
+            assert attempt.metadata["switchyard"]["attempt_of"] == flow.id
+            assert attempt.request.url == f"http://127.0.0.1:{provider.ports[0]}/primary/v1/chat/completions"
+            assert attempt.request.headers["authorization"] == "[redacted]"
+            assert attempt.request.content == b""
+            assert attempt.response is not None and attempt.response.status_code == 200
+            assert attempt.response.content == b"".join(failure)
+            assert attempt.comment.startswith("attempt 1 (chat): primary: 503 provider overloaded → next_upstream")
+            assert attempt.marked == ":red_circle:"
+            await router.done()
+    finally:
+        provider.stop()
+
+
+def test_content_view_lists_frames_with_their_classification() -> None:
+    from mitmproxy import contentviews
+
+    from switchyard_core.addons.sse_view import SwitchyardSseContentview
+    from tests.support import wire
+
+    data = b": keep-alive\n\n" + wire.CHAT_ROLE + wire.chat_chunk({"content": "Hi"}) + wire.chat_error(503, "late") + wire.CHAT_DONE
+    flow = tflow.tflow(resp=True)
+    flow.request.path = "/v1/chat/completions"
+    flow.response.headers["content-type"] = "text/event-stream"
+    flow.response.content = data
+    view = SwitchyardSseContentview()
+    contentviews.add(view)
+    result = contentviews.prettify_message(flow.response, flow)
+    assert result.view_name == "Switchyard SSE"
+    lines = result.text.splitlines()
+    assert lines[0] == "switchyard: openai-chat stream, 5 frames, first output at frame 3"
+    kinds = [line.split()[1:3] for line in lines if line.startswith("#")]
+    assert kinds == [["keepalive"], ["lifecycle"], ["output", "▶"], ["failure", "retryable"], ["terminal"]]
+    assert "status=503 message=late" in result.text

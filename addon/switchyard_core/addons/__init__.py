@@ -2,5 +2,6 @@
 
 from .router import Router
 from .rules_keeper import RulesKeeper
+from .sse_view import SseView
 
-__all__ = ["Router", "RulesKeeper"]
+__all__ = ["Router", "RulesKeeper", "SseView"]

@@ -15,11 +15,16 @@ import logging
 from collections import Counter
 from typing import Any
 
+from urllib.parse import urlsplit
+
 from mitmproxy import command, connection, ctx, http
+from mitmproxy import flow as mitmflow
+from mitmproxy.http import Headers
 from mitmproxy.proxy import mode_specs
 
 from .. import observe
-from ..relay import TOKEN_HEADER, Exchange, OriginalRequest, Relay, UpstreamClient
+from ..relay import TOKEN_HEADER, AttemptRecord, Exchange, OriginalRequest, Relay, UpstreamClient
+from ..relay.upstream import CREDENTIAL_HEADERS
 from .rules_keeper import RulesKeeper
 
 METADATA_KEY = "switchyard"
@@ -105,7 +110,7 @@ class Router:
         )
         exchange = relay.register(route, original, self.keeper.faults)
         self._live[flow.id] = exchange
-        flow.metadata[METADATA_KEY] = {"route": route.name, "original_url": original.url}
+        flow.metadata[METADATA_KEY] = {"route": route.name, "api": route.api, "original_url": original.url}
         request.scheme = "http"
         request.host = "127.0.0.1"
         request.port = relay.port
@@ -131,6 +136,7 @@ class Router:
         if isinstance(stream, _DisplayCopy) and not flow.response.raw_content:
             flow.response.content = b"".join(stream.chunks)
         self._annotate(flow, exchange)
+        self._show_attempts(flow, exchange)
 
     def error(self, flow: http.HTTPFlow) -> None:
         exchange = self._live.pop(flow.id, None)
@@ -139,6 +145,7 @@ class Router:
                 self.relay.forget(exchange.token)
             self._restore(flow, exchange)
             self._annotate(flow, exchange)
+            self._show_attempts(flow, exchange)
 
     # --- display --------------------------------------------------------------
 
@@ -177,6 +184,19 @@ class Router:
             flow.marked = flow.marked or ":warning:"
         self.counters["attempts"] += len(exchange.attempts)
 
+    def _show_attempts(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
+        """In mitmweb and the console, each failed attempt becomes a flow of its own."""
+        view = ctx.master.addons.get("view")
+        if view is None:
+            return  # mitmdump: the log lines tell the story
+        flows = [
+            attempt_flow(flow, exchange, record)
+            for record in exchange.attempts
+            if record.outcome not in ("committed", "pending")
+        ]
+        if flows:
+            view.add(flows)
+
     # --- commands -------------------------------------------------------------
 
     @command.command("switchyard.status")
@@ -197,6 +217,38 @@ class Router:
         text = "\n".join(lines)
         logging.getLogger("switchyard").info(text)
         return text
+
+
+def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord) -> http.HTTPFlow:
+    """A failed attempt as a flow: credentials redacted, no request body, what came back."""
+    parts = urlsplit(record.url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    secret = CREDENTIAL_HEADERS | {exchange_auth_header(exchange, record) or "authorization"}
+    headers = Headers(
+        [(name.encode(), ("[redacted]" if name.lower() in secret else value).encode()) for name, value in record.request_headers]
+    )
+    request = http.Request.make(exchange.request.method, record.url, b"", headers)
+    request.timestamp_start = request.timestamp_end = flow.request.timestamp_start
+    attempt = http.HTTPFlow(flow.client_conn, connection.Server(address=(parts.hostname or "", port)))
+    attempt.request = request
+    if record.answer is not None:
+        status, answer_headers, body = record.answer
+        attempt.response = http.Response.make(status, body, Headers([(k.encode(), v.encode()) for k, v in answer_headers]))
+    else:
+        attempt.error = mitmflow.Error(record.message or record.outcome)
+    attempt.metadata[METADATA_KEY] = {"attempt_of": flow.id, "route": exchange.route.name, "api": exchange.route.api, **record.as_dict()}
+    what = " ".join(str(x) for x in (record.status, record.code, record.message) if x)
+    attempt.comment = f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; request body omitted"
+    attempt.marked = ":red_circle:"
+    return attempt
+
+
+def exchange_auth_header(exchange: Exchange, record: AttemptRecord) -> str | None:
+    """The header an upstream's own `auth` goes in, so it can be redacted too."""
+    for upstream in exchange.route.upstreams:
+        if upstream.name == record.upstream and upstream.auth is not None:
+            return upstream.auth[0].lower()
+    return None
 
 
 def _model_of(flow: http.HTTPFlow) -> str | None:

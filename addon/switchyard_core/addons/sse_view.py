@@ -1,0 +1,43 @@
+"""A content view for `text/event-stream` bodies: frames with their classification."""
+
+from __future__ import annotations
+
+from mitmproxy import contentviews, http
+from mitmproxy.contentviews import Contentview, Metadata
+
+from ..frame_report import render
+from ..protocols import api_for_path
+
+METADATA_KEY = "switchyard"
+
+
+class SwitchyardSseContentview(Contentview):
+    @property
+    def name(self) -> str:
+        return "Switchyard SSE"
+
+    def prettify(self, data: bytes, metadata: Metadata) -> str:
+        return render(data, _api_of(metadata))
+
+    def render_priority(self, data: bytes, metadata: Metadata) -> float:
+        content_type = (metadata.content_type or "").lower()
+        return 2.0 if content_type.startswith("text/event-stream") else -1.0
+
+
+def _api_of(metadata: Metadata) -> str:
+    flow = metadata.flow
+    if isinstance(flow, http.HTTPFlow):
+        story = flow.metadata.get(METADATA_KEY)
+        if isinstance(story, dict) and story.get("api"):
+            return str(story["api"])
+        found = api_for_path(flow.request.path)
+        if found:
+            return found
+    return "openai-chat"
+
+
+class SseView:
+    """Registers the content view while the addon is loaded."""
+
+    def load(self, loader) -> None:  # type: ignore[no-untyped-def]
+        contentviews.add(SwitchyardSseContentview())

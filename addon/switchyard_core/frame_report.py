@@ -1,0 +1,64 @@
+"""A stream, frame by frame, as Switchyard judged it: where the commit point was.
+
+Pure: bytes in, text out.  Used by the mitmweb/console content view so that a
+person can see which frames were held back, which frame committed, and what
+each failure was worth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .protocols import APIS, Decision, ErrorPolicy, FrameKind
+from .sse import FrameSplitter
+
+PREVIEW = 160
+
+
+@dataclass(frozen=True, slots=True)
+class FrameRow:
+    index: int
+    kind: str  # keepalive | lifecycle | output | terminal | failure retry/next_upstream/fatal | empty end
+    event: str | None
+    commit: bool
+    detail: str
+    preview: str
+
+
+def frame_rows(data: bytes, api: str) -> list[FrameRow]:
+    splitter = FrameSplitter()
+    frames = splitter.feed(data) + splitter.finish()
+    classifier = APIS[api].stream_classifier()
+    policy = ErrorPolicy()
+    rows: list[FrameRow] = []
+    committed = False
+    for index, frame in enumerate(frames, start=1):
+        result = classifier.classify(frame.event)
+        kind = result.kind.value
+        detail = ""
+        if result.kind is FrameKind.FAILURE and result.error is not None:
+            decision = policy.decide(result.error)
+            kind = "failure " + ("retryable" if decision is Decision.RETRY else decision.value)
+            info = result.error
+            detail = " ".join(f"{k}={v}" for k, v in (("status", info.status), ("code", info.code or info.type), ("message", info.message)) if v)
+        elif result.kind is FrameKind.EMPTY_END:
+            kind = "empty end (retryable)"
+        commit = result.commits and not committed
+        committed = committed or result.commits
+        text = frame.raw.decode("utf-8", errors="replace").strip().replace("\r", "").replace("\n", " ⏎ ")
+        rows.append(FrameRow(index, kind, result.event_type, commit, detail, text[:PREVIEW] + ("…" if len(text) > PREVIEW else "")))
+    return rows
+
+
+def render(data: bytes, api: str) -> str:
+    rows = frame_rows(data, api)
+    commit_at = next((row.index for row in rows if row.commit), None)
+    head = f"switchyard: {api} stream, {len(rows)} frames, " + (
+        f"first output at frame {commit_at}" if commit_at else "no output"
+    )
+    lines = [head, ""]
+    for row in rows:
+        marker = "▶ commit" if row.commit else ""
+        lines.append(f"#{row.index:<4} {row.kind:<24} {marker:<9} {row.detail}".rstrip())
+        lines.append(f"      {row.preview}")
+    return "\n".join(lines)
