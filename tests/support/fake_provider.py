@@ -139,7 +139,9 @@ class FakeProvider:
         self.finished += 1
         return response
 
-    def start(self, n_ports: int = 2) -> "FakeProvider":
+    def start(self, ports: list[int] | None = None) -> "FakeProvider":
+        """Listen on 127.0.0.1 at `ports` (0: any free port); two origins by default."""
+        wanted = ports or [0, 0]
         ready = threading.Event()
 
         def serve() -> None:
@@ -152,8 +154,8 @@ class FakeProvider:
                 app.router.add_route("*", "/{tail:.*}", self._handle)
                 self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
                 await self._runner.setup()
-                for _ in range(n_ports):
-                    site = web.TCPSite(self._runner, "127.0.0.1", 0)
+                for port in wanted:
+                    site = web.TCPSite(self._runner, "127.0.0.1", port)
                     await site.start()
                     self.ports.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 MITMDUMP = Path(os.environ.get("SWITCHYARD_MITMDUMP", ROOT / ".venv" / "bin" / "mitmdump"))
+MITMWEB = MITMDUMP.with_name("mitmweb")
 ADDON = ROOT / "addon" / "switchyard.py"
 
 
@@ -30,6 +31,14 @@ class Mitmdump:
     @property
     def proxy_url(self) -> str:
         return f"http://127.0.0.1:{self.proxy_port}"
+
+    @property
+    def web_url(self) -> str:
+        """mitmweb's address with its access token, as it logged it."""
+        for line in self.log().splitlines():
+            if "Web server listening at" in line:
+                return line.split("listening at", 1)[1].strip()
+        raise RuntimeError("no web server in the log")
 
     @property
     def reverse_url(self) -> str:
@@ -75,6 +84,7 @@ def start_mitmdump(
     extra_args: list[str] | None = None,
     env: dict[str, str] | None = None,
     wait: bool = True,
+    web: bool = False,
 ) -> Mitmdump:
     proxy_port = free_port()
     modes = ["--mode", f"regular@{proxy_port}"]
@@ -83,7 +93,7 @@ def start_mitmdump(
         reverse_port = free_port()
         modes += ["--mode", f"reverse:{reverse_target}@{reverse_port}"]
     args = [
-        str(MITMDUMP),
+        str(MITMWEB if web else MITMDUMP),
         "-s",
         str(ADDON),
         "--listen-host",
@@ -107,7 +117,7 @@ def start_mitmdump(
         deadline = time.monotonic() + 30
         while True:
             text = dump.log()
-            ready = text.count("listening at") >= (2 if reverse_target else 1)
+            ready = text.count("listening at") >= (2 if reverse_target else 1) + (1 if web else 0)
             if ready:
                 break
             if process.poll() is not None:

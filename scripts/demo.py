@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""See a fallback happen: HTTP 200, a first-frame 503, and the backup answers.
+
+Starts the fake provider and `mitmdump -s addon/switchyard.py` on loopback, sends
+the same streaming Chat Completions request once straight to the provider and
+once through Switchyard, and prints what the client got each time and what
+Switchyard logged.  With --web it runs mitmweb instead and keeps running so you
+can look at the flows (Ctrl-C to stop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "addon"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from fake_provider import ScriptedByApi  # noqa: E402
+from tests.support.mitm import free_port, start_mitmdump  # noqa: E402
+
+RULES = """\
+version: 1
+defaults: {{backoff_ms: 100}}
+routes:
+  - name: demo-chat
+    match: {{path: /primary/v1/chat/completions}}
+    upstreams:
+      - name: primary                 # the request's own destination
+        url: original
+        retries: 1
+      - name: backup                  # another origin: gets its own key, never the client's
+        url: http://127.0.0.1:{backup_port}/backup/v1/chat/completions
+        auth: {{header: Authorization, value: "Bearer ${{DEMO_BACKUP_KEY}}"}}
+"""
+
+BODY = json.dumps({"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "Say hello"}]})
+
+
+def curl(url: str, proxy: str | None = None) -> str:
+    args = ["curl", "-sS", "-N", "-i", "--max-time", "20", "-H", "Content-Type: application/json",
+            "-H", "Authorization: Bearer sk-demo-client-key", "--data-binary", BODY, url]
+    if proxy:
+        args[1:1] = ["-x", proxy, "--noproxy", ""]
+    return subprocess.run(args, capture_output=True, text=True, timeout=30).stdout.replace("\r\n", "\n")
+
+
+def answer_text(sse: str) -> str:
+    text = []
+    for line in sse.splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:]).get("choices", []):
+                text.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(text)
+
+
+def section(title: str) -> None:
+    print(f"\n\033[1m── {title} {'─' * max(0, 70 - len(title))}\033[0m")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--web", action="store_true", help="run mitmweb and keep it running")
+    args = parser.parse_args()
+    provider = ScriptedByApi({"primary": ("sse_503", 3)})
+    provider.start()
+    workdir = Path(tempfile.mkdtemp(prefix="switchyard-demo-"))
+    rules = workdir / "rules.yaml"
+    rules.write_text(RULES.format(backup_port=provider.ports[1]))
+    extra = []
+    if args.web:
+        extra = ["--set", f"web_port={free_port()}", "--set", "web_open_browser=false"]
+    dump = start_mitmdump(rules, workdir / "mitmdump.log", env={"DEMO_BACKUP_KEY": "sk-demo-backup-key"},
+                          extra_args=extra, web=args.web)
+    url = provider.url("primary", "/v1/chat/completions")
+    try:
+        section("1. Straight to the provider: HTTP 200, and the answer is an error")
+        print(curl(url).strip())
+        section("2. Through Switchyard: the same request")
+        through = curl(url, dump.proxy_url)
+        print(through.strip())
+        section("What the client got")
+        print(f"answer text: {answer_text(through)!r}")
+        print(f"x-switchyard-upstream / attempts: "
+              f"{[l.split(': ', 1)[1] for l in through.splitlines() if l.lower().startswith('x-switchyard-')]}")
+        print(f"requests the provider saw: {[c.upstream for c in provider.calls]}")
+        section("What Switchyard logged")
+        time.sleep(0.2)
+        for line in dump.log().splitlines():
+            if "] switchyard." in line:
+                print(line)
+        if args.web:
+            section("mitmweb")
+            print(f"open {dump.web_url} — Ctrl-C to stop")
+            while True:
+                time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        dump.stop()
+        provider.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
