@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -139,8 +140,11 @@ class FakeProvider:
         self.finished += 1
         return response
 
-    def start(self, ports: list[int] | None = None) -> "FakeProvider":
-        """Listen on 127.0.0.1 at `ports` (0: any free port); two origins by default."""
+    def start(self, ports: list[int] | None = None, ssl_context: ssl.SSLContext | None = None) -> "FakeProvider":
+        """Listen on 127.0.0.1 at `ports` (0: any free port); two origins by default.
+
+        With `ssl_context`, one more port speaks HTTPS (its number is last in `ports`).
+        """
         wanted = ports or [0, 0]
         ready = threading.Event()
 
@@ -156,6 +160,10 @@ class FakeProvider:
                 await self._runner.setup()
                 for port in wanted:
                     site = web.TCPSite(self._runner, "127.0.0.1", port)
+                    await site.start()
+                    self.ports.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+                if ssl_context is not None:
+                    site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ssl_context)
                     await site.start()
                     self.ports.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
 

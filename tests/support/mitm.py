@@ -85,22 +85,23 @@ def start_mitmdump(
     env: dict[str, str] | None = None,
     wait: bool = True,
     web: bool = False,
+    mode: str = "regular",
+    bare: bool = False,
 ) -> Mitmdump:
+    """Start mitmdump (mitmweb with `web`) with the addon; `bare`: plain mitmdump, no addon."""
     proxy_port = free_port()
-    modes = ["--mode", f"regular@{proxy_port}"]
+    modes = ["--mode", f"{mode}@{proxy_port}"]
     reverse_port = None
     if reverse_target:
         reverse_port = free_port()
         modes += ["--mode", f"reverse:{reverse_target}@{reverse_port}"]
+    addon = [] if bare else ["-s", str(ADDON), "--set", f"switchyard_rules={rules}"]
     args = [
         str(MITMWEB if web else MITMDUMP),
-        "-s",
-        str(ADDON),
+        *addon,
         "--listen-host",
         "127.0.0.1",
         *modes,
-        "--set",
-        f"switchyard_rules={rules}",
         "--set",
         "connection_strategy=lazy",
         "--set",
