@@ -48,6 +48,18 @@ class Reply:
         return cls(status, [raw], content_type="application/json", headers=headers or {})
 
 
+NORMAL = Reply(status=200)  # scripted "answer normally", for mixing with failures
+
+
+def _nonce(body: bytes) -> str | None:
+    try:
+        metadata = json.loads(body).get("metadata") or {}
+    except (ValueError, AttributeError):
+        return None
+    nonce = metadata.get("nonce") if isinstance(metadata, dict) else None
+    return nonce if isinstance(nonce, str) else None
+
+
 @dataclass(frozen=True)
 class Call:
     upstream: str
@@ -103,8 +115,8 @@ class FakeProvider:
             self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body))
             queue = self._scripts.get(upstream)
             reply = queue.popleft() if queue else None
-        if reply is None:
-            reply = wire.normal_reply("/" + rest, upstream)
+        if reply is None or reply is NORMAL:
+            reply = wire.normal_reply("/" + rest, upstream, _nonce(body))
         try:
             return await self._play(request, reply)
         except asyncio.CancelledError:

@@ -114,12 +114,14 @@ def anthropic_error(err_type: str, message: str) -> bytes:
     return b"event: error\n" + data({"type": "error", "error": {"type": err_type, "message": message}})
 
 
-def answer_text(upstream: str) -> str:
-    return f"Hello from {upstream}, all good."
+def answer_text(upstream: str, nonce: str | None = None) -> str:
+    """The normal answer's text; with a nonce (the request's `metadata.nonce`) it
+    also echoes the request, so concurrent clients can tell answers apart."""
+    return f"Hello from {upstream}, all good." + (f" {nonce}" if nonce else "")
 
 
-def normal_frames(path: str, upstream: str) -> list[bytes]:
-    text = answer_text(upstream)
+def normal_frames(path: str, upstream: str, nonce: str | None = None) -> list[bytes]:
+    text = answer_text(upstream, nonce)
     if path.endswith("/responses"):
         return responses_stream(text)
     if path.endswith("/messages"):
@@ -127,7 +129,7 @@ def normal_frames(path: str, upstream: str) -> list[bytes]:
     return chat_stream(text)
 
 
-def normal_reply(path: str, upstream: str) -> "Reply":
+def normal_reply(path: str, upstream: str, nonce: str | None = None) -> "Reply":
     from .fake_provider import Reply
 
-    return Reply.sse(*normal_frames(path, upstream))
+    return Reply.sse(*normal_frames(path, upstream, nonce))
