@@ -75,7 +75,22 @@ class Gate:
     def feed(self, chunk: bytes) -> GateStep:
         if self._passthrough:
             return GateStep(emit=chunk)
-        return self._frames(self._splitter.feed(chunk))
+        step = self._frames(self._splitter.feed(chunk))
+        if step.failure is None and self._staged_size + self._splitter.pending > self._limit:
+            self._overflow(step)
+        return step
+
+    def _overflow(self, step: GateStep) -> None:
+        """More than `staging_limit` held (an endless line, a giant frame): replay is
+        no longer safe and holding more is not either, so commit and pass through."""
+        if not self.committed:
+            self.committed = True
+            step.committed = True
+            step.first_event = "staging_limit"
+        held = b"".join(self._staged) + self._splitter.drain()
+        self._staged.clear()
+        self._staged_size = 0
+        step.emit += held
 
     def finish(self) -> GateStep:
         """End of the upstream body."""

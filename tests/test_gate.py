@@ -1,0 +1,133 @@
+"""The staging gate, pure: what reaches the client, and when, for any chunking."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from switchyard_core.gate import Gate
+from switchyard_core.protocols import APIS, FrameKind
+from tests.support import wire
+
+LIMIT = 8 * 1024 * 1024
+
+
+def gate(api: str = "openai-chat", limit: int = LIMIT, rewrite: bool = True) -> Gate:
+    return Gate(APIS[api].stream_classifier(), staging_limit=limit, rewrite_capacity_codes=rewrite)
+
+
+def run(g: Gate, chunks: list[bytes]) -> tuple[bytes, list]:
+    """Feed chunks; returns what was emitted and the pre-output failures seen."""
+    out, failures = b"", []
+    for chunk in chunks:
+        step = g.feed(chunk)
+        out += step.emit
+        if step.failure:
+            failures.append(step.failure)
+            return out, failures
+    step = g.finish()
+    out += step.emit
+    if step.failure:
+        failures.append(step.failure)
+    return out, failures
+
+
+def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    pieces, last = [], 0
+    for point in points + [len(data)]:
+        pieces.append(data[last:point])
+        last = point
+    return [p for p in pieces if p]
+
+
+def test_lifecycle_is_held_until_output_then_flushed_in_order() -> None:
+    g = gate()
+    first = g.feed(wire.CHAT_ROLE)
+    assert first.emit == b"" and not first.committed
+    content = wire.chat_chunk({"content": "Hi"})
+    step = g.feed(content)
+    assert step.committed and step.emit == wire.CHAT_ROLE + content
+
+
+def test_failure_before_output_emits_nothing_and_give_up_returns_it_as_sent() -> None:
+    g = gate()
+    assert g.feed(wire.CHAT_ROLE).emit == b""
+    error = wire.chat_error(503, "overloaded")
+    step = g.feed(error + wire.CHAT_DONE + b"data: {\"partial")
+    assert step.emit == b"" and step.failure is not None and step.failure.kind is FrameKind.FAILURE
+    assert step.failure.error is not None and step.failure.error.status == 503
+    assert g.give_up() == wire.CHAT_ROLE + error + wire.CHAT_DONE + b"data: {\"partial"
+    assert g.feed(b"rest").emit == b"rest"  # then everything passes through untouched
+
+
+def test_all_frames_of_one_read_go_out_in_one_write() -> None:
+    g = gate()
+    frames = wire.chat_stream("one two three")
+    step = g.feed(b"".join(frames))
+    assert step.emit == b"".join(frames)
+
+
+def test_incomplete_frame_after_output_waits_for_its_end() -> None:
+    g = gate()
+    g.feed(wire.CHAT_ROLE + wire.chat_chunk({"content": "a"}))
+    tail = wire.chat_chunk({"content": "b"})
+    assert g.feed(tail[:10]).emit == b""
+    assert g.feed(tail[10:]).emit == tail
+
+
+def test_capacity_codes_after_output_are_rewritten_only_when_asked() -> None:
+    error = wire.chat_error("server_is_overloaded", "busy")
+    for rewrite, expected in ((True, error.replace(b"server_is_overloaded", b"server_error")), (False, error)):
+        g = gate(rewrite=rewrite)
+        g.feed(wire.CHAT_ROLE + wire.chat_chunk({"content": "a"}))
+        step = g.feed(error)
+        assert step.emit == expected
+        assert [f.error.code for f in step.failures_after_output] == ["server_is_overloaded"]
+
+
+def test_eof_before_output_is_a_retryable_failure() -> None:
+    g = gate()
+    g.feed(wire.CHAT_ROLE)
+    step = g.finish()
+    assert step.failure is not None and step.failure.error is not None
+    assert step.failure.error.event_type == "eof" and step.failure.error.retryable_hint
+
+
+def test_staged_bytes_past_the_limit_commit() -> None:
+    g = gate(limit=500)
+    step = g.feed(wire.CHAT_ROLE * 3)
+    assert step.committed and step.emit == wire.CHAT_ROLE * 3 and step.first_event == "staging_limit"
+
+
+def test_an_endless_line_is_bounded_by_the_staging_limit() -> None:
+    g = gate(limit=1000)
+    out = b""
+    for _ in range(50):
+        out += g.feed(b"x" * 100).emit
+        assert len(out) >= (_ + 1) * 100 - 1000  # never more than the limit held back
+    assert g.committed
+    out += g.finish().emit
+    assert out == b"x" * 5000  # passed through, not held without bound
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=6),
+    fail_first=st.sampled_from([None, "sse", "role-then-sse", "done-only"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=12),
+)
+def test_any_chunking_gives_the_same_outcome(words: list[str], fail_first: str | None, cuts: list[int]) -> None:
+    answer = b"".join(wire.chat_stream(" ".join(words)))
+    prefix = {
+        None: b"",
+        "sse": wire.chat_error(503, "x"),
+        "role-then-sse": wire.CHAT_ROLE + wire.chat_error(429, "x"),
+        "done-only": wire.CHAT_DONE,
+    }[fail_first]
+    data = prefix + (answer if fail_first is None else b"")
+    out, failures = run(gate(), chunked(data, cuts))
+    if fail_first is None:
+        assert out == answer and not failures  # byte-identical passthrough, whatever the chunking
+    else:
+        assert out == b"" and len(failures) == 1  # nothing of a failed attempt reaches the client
