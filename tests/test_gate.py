@@ -50,14 +50,15 @@ def test_lifecycle_is_held_until_output_then_flushed_in_order() -> None:
     assert step.committed and step.emit == wire.CHAT_ROLE + content
 
 
-def test_failure_before_output_emits_nothing_and_give_up_returns_it_as_sent() -> None:
+def test_failure_before_output_emits_nothing_and_pass_through_returns_it_as_sent() -> None:
     g = gate()
     assert g.feed(wire.CHAT_ROLE).emit == b""
     error = wire.chat_error(503, "overloaded")
     step = g.feed(error + wire.CHAT_DONE + b"data: {\"partial")
     assert step.emit == b"" and step.failure is not None and step.failure.kind is FrameKind.FAILURE
     assert step.failure.error is not None and step.failure.error.status == 503
-    assert g.give_up() == wire.CHAT_ROLE + error + wire.CHAT_DONE + b"data: {\"partial"
+    assert g.held() == wire.CHAT_ROLE + error + wire.CHAT_DONE + b"data: {\"partial"
+    assert g.pass_through() == wire.CHAT_ROLE + error + wire.CHAT_DONE + b"data: {\"partial"
     assert g.feed(b"rest").emit == b"rest"  # then everything passes through untouched
 
 

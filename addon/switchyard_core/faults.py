@@ -14,13 +14,14 @@ import asyncio
 import json
 import random
 from collections.abc import Callable, Mapping
-from typing import Protocol
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from .relay.upstream import Answer
 from .rules.schema import FaultSpec
 from .sse import FrameSplitter
 
+IN_BODY_KINDS = frozenset({"sse_error", "response_failed", "overload_message"})
 OVERLOAD_TEXT = "Our servers are currently overloaded. Please try again later."
 DEFAULT_STATUS = 503
 DEFAULT_MESSAGE = "provider overloaded (switchyard fault)"
@@ -103,21 +104,10 @@ def error_body(api: str, status: int, message: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": _openai_code(status)}}).encode()
 
 
-class UpstreamAnswerLike(Protocol):
-    """The shape FaultyAnswer wraps (`relay.upstream.UpstreamAnswer`)."""
-
-    status: int
-    headers: Mapping[str, str]
-
-    async def read_some(self) -> tuple[bytes, BaseException | None]: ...
-
-    def close(self) -> None: ...
-
-
 class FaultyAnswer:
     """A real upstream answer with a fault applied; read like an `UpstreamAnswer`."""
 
-    def __init__(self, real: UpstreamAnswerLike, spec: FaultSpec, api: str) -> None:
+    def __init__(self, real: Answer, spec: FaultSpec, api: str) -> None:
         self._real = real
         self._spec = spec
         self._api = api
@@ -128,11 +118,14 @@ class FaultyAnswer:
         self._passed = 0
         self._splitter = FrameSplitter()
         self._done = False
-        if spec.kind == "http_error":
-            self.status = self._status_code
-            headers = CIMultiDict(content_type="application/json")
-            self.headers: Mapping[str, str] = CIMultiDictProxy(headers)
+        streaming = "text/event-stream" in real.headers.get("Content-Type", "").lower()
+        if spec.kind == "http_error" or (not streaming and spec.kind in IN_BODY_KINDS):
+            # an HTTP error; or, on a non-streaming answer, the same error inside a
+            # 200 JSON body (as OpenRouter sends them), which a frame could not be
+            self.status = self._status_code if spec.kind == "http_error" else real.status
+            self.headers: Mapping[str, str] = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json"}))
             self._pending = [error_body(api, self._status_code, self._message)]
+            self._done = True
         else:
             self.status = real.status
             self.headers = real.headers
@@ -152,7 +145,7 @@ class FaultyAnswer:
                 out = b"".join(self._pending)
                 self._pending = []
                 return out, None
-            if self._done or self._spec.kind == "http_error":
+            if self._done:
                 return await self._after_frames()
             chunk, error = await self._real.read_some()
             frames = self._splitter.feed(chunk) if chunk else self._splitter.finish()

@@ -101,13 +101,19 @@ class Gate:
             step.failure = Classification(FrameKind.FAILURE, "eof", EOF_BEFORE_OUTPUT)
         return step
 
-    def give_up(self) -> bytes:
-        """Forward the failed attempt as the provider sent it; pass the rest through."""
+    def held(self) -> bytes:
+        """What a failed attempt sent so far, as the provider sent it (to keep or show)."""
+        return b"".join(self._staged) + b"".join(self._failed_frames) + bytes(self._splitter.peek())
+
+    def pass_through(self) -> bytes:
+        """Forward a failed attempt as the provider sent it: everything held, then the
+        rest of the stream untouched."""
+        held = self.held()
         self._passthrough = True
         self.committed = True
-        held = b"".join(self._staged) + b"".join(self._failed_frames) + self._splitter.drain()
         self._staged.clear()
         self._failed_frames.clear()
+        self._splitter.drain()
         return held
 
     def _frames(self, frames: list[Frame]) -> GateStep:

@@ -16,6 +16,7 @@ from typing import Any
 log = logging.getLogger("switchyard")
 
 SUPPRESSED_AFTER_OUTPUT = "switchyard.failover_suppressed_after_semantic_output"
+METADATA_KEY = "switchyard"  # the flow.metadata key holding a routed flow's story
 
 
 def _value(value: Any) -> str:

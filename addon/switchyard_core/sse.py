@@ -174,6 +174,10 @@ class FrameSplitter:
         self._scan = i
         return frames
 
+    def peek(self) -> bytes:
+        """The incomplete tail, left in place."""
+        return bytes(self._buf)
+
     def drain(self) -> bytes:
         """Hand back the incomplete tail unparsed and start over."""
         tail = bytes(self._buf)

@@ -23,11 +23,12 @@ from mitmproxy.http import Headers
 from mitmproxy.proxy import mode_specs
 
 from .. import observe
+from ..observe import METADATA_KEY
 from ..relay import TOKEN_HEADER, AttemptRecord, Exchange, OriginalRequest, Relay, UpstreamClient
-from ..relay.upstream import CREDENTIAL_HEADERS
+from ..relay.upstream import is_cross_origin
 from .rules_keeper import RulesKeeper
 
-METADATA_KEY = "switchyard"
+UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "mode", "upstream_auth"}
 DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer kept for mitmweb
 
 
@@ -66,14 +67,18 @@ class Router:
     # --- lifecycle ------------------------------------------------------------
 
     def configure(self, updated: set[str]) -> None:
-        if self.relay is not None and updated & {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "mode"}:
-            self.relay.http = self._upstream_client()
+        if self.relay is not None and updated & UPSTREAM_OPTIONS:
+            self.relay.replace_client(self._upstream_client())
 
     def _upstream_client(self) -> UpstreamClient:
+        """The relay's upstream side honours mitmproxy's own upstream settings."""
         return UpstreamClient(
             verify=not ctx.options.ssl_insecure,
             ca_file=ctx.options.ssl_verify_upstream_trusted_ca,
+            ca_dir=ctx.options.ssl_verify_upstream_trusted_confdir,
             proxy=_upstream_proxy(),
+            # defined by mitmproxy's UpstreamAuth addon, absent where that is not loaded
+            proxy_auth=ctx.options.upstream_auth if "upstream_auth" in ctx.options else None,
         )
 
     async def running(self) -> None:
@@ -96,17 +101,29 @@ class Router:
         rules = self.keeper.rules
         if rules is None or flow.response is not None or flow.id in self._live:
             return
-        route = rules.route_for(flow.request.host, flow.request.path, lambda: _model_of(flow))
+        parsed: list[Any] = []  # the JSON body, parsed at most once, only if a route needs it
+
+        def body() -> Any:
+            if not parsed:
+                parsed.append(_json_of(flow))
+            return parsed[0]
+
+        route = rules.route_for(flow.request.host, flow.request.path, lambda: _model_in(body()))
         if route is None:
+            return
+        request = flow.request
+        if request.raw_content is None:  # streamed to the origin already (stream_large_bodies)
+            observe.emit(logging.WARNING, "switchyard.not_routed", route=route.name,
+                         reason="request body was streamed (stream_large_bodies); raise that option to route it")
             return
         relay = await self._ensure_relay()
         assert relay.port is not None
-        request = flow.request
-        original = OriginalRequest(
-            method=request.method,
-            url=request.url,
-            headers=tuple(request.headers.items(multi=True)),
-            body=request.raw_content or b"",
+        original = OriginalRequest.of(
+            request.method,
+            request.url,
+            tuple(request.headers.items(multi=True)),
+            request.raw_content,
+            body(),
         )
         exchange = relay.register(route, original, self.keeper.faults)
         self._live[flow.id] = exchange
@@ -131,6 +148,8 @@ class Router:
         exchange = self._live.pop(flow.id, None)
         if exchange is None or flow.response is None:
             return
+        if self.relay is not None:
+            self.relay.forget(exchange.token)  # answered by someone else (another addon)
         self._restore(flow, exchange)
         stream = flow.response.stream
         if isinstance(stream, _DisplayCopy) and not flow.response.raw_content:
@@ -150,12 +169,25 @@ class Router:
     # --- display --------------------------------------------------------------
 
     def _restore(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
-        """Show the upstream that answered (or the original) instead of the relay."""
+        """Show the upstream that answered (or the original) instead of the relay.
+
+        When that upstream is on another origin, the flow also shows the headers
+        it was sent, credentials redacted: a flow that paired the client's key
+        with another origin's URL would leak it on replay.
+        """
         request = flow.request
         request.headers.pop(TOKEN_HEADER, None)
-        original_host = next((v for k, v in exchange.request.headers if k.lower() == "host"), None)
-        request.url = exchange.answered_url or exchange.request.url
-        if exchange.answered_url in (None, exchange.request.url) and original_host is not None:
+        original = exchange.request
+        answered = exchange.answered_url or original.url
+        if is_cross_origin(answered, original.url):
+            record = next((r for r in reversed(exchange.attempts) if r.url == answered), None)
+            shown = record.shown_request_headers() if record else []
+            request.headers = Headers([(k.encode(), v.encode()) for k, v in shown])
+            request.url = answered
+            return
+        request.url = answered
+        original_host = next((v for k, v in original.headers if k.lower() == "host"), None)
+        if original_host is not None:
             request.headers["Host"] = original_host
 
     def _annotate(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
@@ -207,13 +239,15 @@ class Router:
         for route in rules.routes if rules else ():
             lines.append(f"route {route.name} ({route.api})")
             for upstream in route.upstreams:
-                where = "original destination" if upstream.is_original else upstream.url
+                where = "original destination" if upstream.is_original else upstream.display_url
                 auth = "own auth set" if upstream.auth else ("client's credentials" if upstream.is_original else "no auth")
                 lines.append(f"  upstream {upstream.name}: {where}; {auth}; retries={upstream.retries}")
         for warning in rules.warnings if rules else ():
             lines.append(f"warning: {warning}")
         counts = ", ".join(f"{k}={self.counters[k]}" for k in ("routed", "attempts", "failed_attempts", "fallbacks", "suppressed_failovers"))
         lines.append(f"counters: {counts}")
+        if self.relay is not None:
+            lines.append(f"relay: 127.0.0.1:{self.relay.port}, in flight={self.relay.in_flight}, unused tokens={self.relay.pending}")
         text = "\n".join(lines)
         logging.getLogger("switchyard").info(text)
         return text
@@ -223,10 +257,7 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
     """A failed attempt as a flow: credentials redacted, no request body, what came back."""
     parts = urlsplit(record.url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    secret = CREDENTIAL_HEADERS | {exchange_auth_header(exchange, record) or "authorization"}
-    headers = Headers(
-        [(name.encode(), ("[redacted]" if name.lower() in secret else value).encode()) for name, value in record.request_headers]
-    )
+    headers = Headers([(name.encode(), value.encode()) for name, value in record.shown_request_headers()])
     request = http.Request.make(exchange.request.method, record.url, b"", headers)
     request.timestamp_start = request.timestamp_end = flow.request.timestamp_start
     attempt = http.HTTPFlow(flow.client_conn, connection.Server(address=(parts.hostname or "", port)))
@@ -243,18 +274,13 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
     return attempt
 
 
-def exchange_auth_header(exchange: Exchange, record: AttemptRecord) -> str | None:
-    """The header an upstream's own `auth` goes in, so it can be redacted too."""
-    for upstream in exchange.route.upstreams:
-        if upstream.name == record.upstream and upstream.auth is not None:
-            return upstream.auth[0].lower()
-    return None
-
-
-def _model_of(flow: http.HTTPFlow) -> str | None:
+def _json_of(flow: http.HTTPFlow) -> Any:
     try:
-        body: Any = json.loads(flow.request.get_content(strict=False) or b"")
+        return json.loads(flow.request.get_content(strict=False) or b"")
     except (ValueError, RecursionError):
         return None
+
+
+def _model_in(body: Any) -> str | None:
     model = body.get("model") if isinstance(body, dict) else None
     return model if isinstance(model, str) else None

@@ -6,9 +6,8 @@ from mitmproxy import contentviews, http
 from mitmproxy.contentviews import Contentview, Metadata
 
 from ..frame_report import render
+from ..observe import METADATA_KEY
 from ..protocols import api_for_path
-
-METADATA_KEY = "switchyard"
 
 
 class SwitchyardSseContentview(Contentview):

@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,9 +28,20 @@ from ..protocols.errors import http_error_info
 from ..rules import Upstream
 from .exchange import AttemptRecord, Exchange
 from .retry import Plan, plan_after_failure, retry_after_s
-from .upstream import CREDENTIAL_HEADERS, UpstreamAnswer, UpstreamClient, build_request, client_headers, request_id
+from .upstream import (
+    Answer,
+    UpstreamClient,
+    build_request,
+    client_headers,
+    display_url,
+    read_bounded,
+    request_id,
+    secret_header_names,
+)
 
 ERROR_BODY_LIMIT = 1024 * 1024
+WHOLE_BODY_MIN_LIMIT = 64 * 1024 * 1024  # non-streaming answers are held whole up to max(this, staging_limit)
+FRAME_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
 SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache")]
 KEEPALIVE_FRAME = b": switchyard keepalive\n\n"
 
@@ -62,6 +74,7 @@ class _Answered:
     status: int
     headers: list[tuple[str, str]]
     body: bytes
+    record: AttemptRecord
 
 
 @dataclass(slots=True)
@@ -86,6 +99,7 @@ class AttemptLoop:
         self._secrets = _secrets_of(exchange)
         self._keepalive: asyncio.Task[None] | None = None
         self._last_answered: _Answered | None = None
+        self._tail = b""  # the last bytes written to the client
 
     # --- the loop -------------------------------------------------------------------
 
@@ -124,22 +138,34 @@ class AttemptLoop:
         record = AttemptRecord(
             attempt=len(self.exchange.attempts) + 1,
             upstream=upstream.name,
-            url=request.url,
+            url=display_url(self.exchange.request, upstream),
             started=time.monotonic(),
             request_headers=request.headers,
+            secret_headers=secret_header_names(upstream),
         )
         self.exchange.attempts.append(record)
         attempt = _Try(upstream, tries, has_next, record)
         settings = self.settings
-        first_output_s = settings.first_output_timeout_s if self.exchange.request.wants_stream else 0.0
-        header_bounds = [t for t in (settings.headers_timeout_s, first_output_s) if t > 0]
-        headers_s = min(header_bounds) if header_bounds else None
+        if self.exchange.request.wants_stream:
+            # streams: headers and first output are bounded from the attempt's start
+            bounds = [t for t in (settings.headers_timeout_s, settings.first_output_timeout_s) if t > 0]
+            open_s = min(bounds) if bounds else None
+            waiting_for = "output" if open_s and open_s == settings.first_output_timeout_s else "response headers"
+        else:
+            open_s = settings.request_timeout_s or None  # the whole answer, headers included
+            waiting_for = "complete answer"
         try:
-            async with asyncio.timeout(headers_s):
-                answer = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s)
+            async with asyncio.timeout(open_s):
+                answer: Answer = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s)
+        except aiohttp.ConnectionTimeoutError:
+            info = ErrorInfo(status=504, message=f"no connection within {settings.connect_timeout_s:g}s",
+                             event_type="timeout", retryable_hint=True)
+            return self._fail(attempt, info, timed_out=True)
         except TimeoutError:
-            what = "no output" if headers_s == first_output_s else "no response headers"
-            return self._fail(attempt, ErrorInfo(status=504, message=f"{what} within {headers_s:g}s", event_type="timeout"), timed_out=True)
+            limit = f"{open_s:g}s" if open_s else "the time limit"
+            info = ErrorInfo(status=504, message=f"no {waiting_for} within {limit}", event_type="timeout",
+                             retryable_hint=True)
+            return self._fail(attempt, info, timed_out=True)
         except (aiohttp.ClientError, OSError) as exc:
             return self._fail(attempt, _transport_info(exc))
 
@@ -156,13 +182,13 @@ class AttemptLoop:
             if not 200 <= answer.status < 300:
                 return await self._http_failure(answer, attempt)
             if "text/event-stream" in answer.headers.get("Content-Type", "").lower():
-                return await self._stream(answer, attempt, first_output_s)
+                return await self._stream(answer, attempt)
             return await self._whole(answer, attempt)
         finally:
             answer.close()
 
     def _fail(self, attempt: _Try, info: ErrorInfo, *, timed_out: bool = False,
-              headers: "dict[str, str] | None" = None) -> _Failed:
+              headers: Mapping[str, str] | None = None) -> _Failed:
         """Decide what a failure is worth and what comes next; log the decision."""
         should_retry = headers.get("x-should-retry") if headers else None
         decision = self.policy.decide(info, should_retry)
@@ -183,27 +209,46 @@ class AttemptLoop:
         self._log_failed(record, failed)
         return failed
 
-    async def _http_failure(self, answer: UpstreamAnswer, attempt: _Try) -> _Failed | None:
-        body = await self._read_bounded(answer, ERROR_BODY_LIMIT, self.settings.headers_timeout_s or self.settings.request_timeout_s)
-        failed = self._fail(attempt, http_error_info(answer.status, body), headers=answer.headers)  # type: ignore[arg-type]
-        answered = self._keep(attempt, _Answered(answer.status, client_headers(answer.headers), body))
+    async def _http_failure(self, answer: Answer, attempt: _Try) -> _Failed | None:
+        settings = self.settings
+        body = await read_bounded(answer, ERROR_BODY_LIMIT, settings.headers_timeout_s or settings.request_timeout_s)
+        failed = self._fail(attempt, http_error_info(answer.status, body), headers=answer.headers)
+        answered = self._keep(attempt, answer, body)
         if failed.plan.action == "give_up":
             await self._forward_answered(answered, failed.info)
             return None
         return failed
 
-    async def _whole(self, answer: UpstreamAnswer, attempt: _Try) -> _Failed | None:
+    async def _whole(self, answer: Answer, attempt: _Try) -> _Failed | None:
         """A non-streaming answer: a 2xx without an error object commits."""
         attempt.record.phase = "body"
-        try:
-            async with asyncio.timeout(self.settings.request_timeout_s or None):
-                body, error = await self._read_all(answer)
-        except TimeoutError:
-            info = ErrorInfo(status=504, message="no complete answer within request_timeout_s", event_type="timeout")
-            return self._fail(attempt, info, timed_out=True)
-        if error is not None:
-            return self._fail(attempt, _transport_info(error))
-        headers = client_headers(answer.headers)
+        limit = max(self.settings.staging_limit, WHOLE_BODY_MIN_LIMIT)
+        deadline = attempt.record.started + self.settings.request_timeout_s if self.settings.request_timeout_s else None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                async with asyncio.timeout_at(_loop_time(deadline)):
+                    chunk, error = await answer.read_some()
+            except TimeoutError:
+                info = ErrorInfo(status=504, message=f"no complete answer within {self.settings.request_timeout_s:g}s",
+                                 event_type="timeout", retryable_hint=True)
+                return self._fail(attempt, info, timed_out=True)
+            if error is not None:
+                return self._fail(attempt, _transport_info(error))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                # too large to hold and check: commit and pass the rest through
+                self._commit(attempt, "body_limit")
+                await self._stop_keepalive()
+                await self._start(answer.status, client_headers(answer.headers), attempt.upstream.name)
+                await self.sink.write(b"".join(chunks))
+                await self._pass_rest(answer)
+                return None
+        body = b"".join(chunks)
         info = None
         if "json" in answer.headers.get("Content-Type", "").lower():
             try:
@@ -211,8 +256,8 @@ class AttemptLoop:
             except (ValueError, RecursionError):
                 info = None
         if info is not None:
-            failed = self._fail(attempt, info, headers=answer.headers)  # type: ignore[arg-type]
-            answered = self._keep(attempt, _Answered(answer.status, headers, body))
+            failed = self._fail(attempt, info, headers=answer.headers)
+            answered = self._keep(attempt, answer, body)
             if failed.plan.action == "give_up":
                 await self._forward_answered(answered, info)
                 return None
@@ -220,12 +265,15 @@ class AttemptLoop:
         self._commit(attempt, "body")
         await self._stop_keepalive()
         if self.sink.headers_sent:
-            await self.sink.write(body)  # keepalive already promised a stream; best effort
+            # keepalive already promised a stream, and this is no stream: say so in-band
+            await self._announce(attempt)
+            await self._write(self.api.error_event("switchyard: the upstream answered a streaming request "
+                                                   "with a non-streaming body", "non_streaming_answer"))
         else:
-            await self.sink.send_whole(answer.status, self._with_ours(headers), body)
+            await self.sink.send_whole(answer.status, self._with_ours(client_headers(answer.headers), attempt.upstream.name), body)
         return None
 
-    async def _stream(self, answer: UpstreamAnswer, attempt: _Try, first_output_s: float) -> _Failed | None:
+    async def _stream(self, answer: Answer, attempt: _Try) -> _Failed | None:
         settings = self.settings
         record = attempt.record
         gate = Gate(
@@ -234,12 +282,15 @@ class AttemptLoop:
             rewrite_capacity_codes=settings.rewrite_capacity_codes,
         )
         record.phase = "staging"
+        first_output_s = settings.first_output_timeout_s
         deadline = record.started + first_output_s if first_output_s else None
         while True:
-            if gate.committed:
-                wait = settings.idle_timeout_s or None
-            else:
-                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            # silence is bounded by idle_timeout_s before output too: a provider that
+            # goes quiet behind our keepalive comments must not hold the client forever
+            wait = settings.idle_timeout_s or None
+            if not gate.committed and deadline is not None:
+                left = max(0.0, deadline - time.monotonic())
+                wait = left if wait is None else min(wait, left)
             try:
                 async with asyncio.timeout(wait):
                     chunk, error = await answer.read_some()
@@ -247,12 +298,19 @@ class AttemptLoop:
                 if gate.committed:
                     await self._end_cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output", "stream_stalled")
                     return None
-                info = ErrorInfo(status=504, message=f"no output within {first_output_s:g}s", event_type="timeout")
+                silent = deadline is None or time.monotonic() < deadline
+                what = f"nothing for {settings.idle_timeout_s:g}s" if silent else f"no output within {first_output_s:g}s"
+                info = ErrorInfo(status=504, message=what, event_type="timeout", retryable_hint=True)
                 return self._fail(attempt, info, timed_out=True)
+            committed_before = gate.committed
             if chunk:
                 step: GateStep | None = gate.feed(chunk)
             else:
                 step = gate.finish() if error is None else None
+                if step is not None and committed_before and not gate.complete:
+                    # an unterminated last frame of a cut stream: clients discard it,
+                    # and the in-band error below must not run into it
+                    step.emit = b""
             if step is not None:
                 outcome = await self._apply(step, gate, answer, attempt)
                 if outcome is not _CONTINUE:
@@ -268,37 +326,36 @@ class AttemptLoop:
                     await self._end_cut(record, "upstream ended the stream before completing the answer", "stream_cut")
                 return None
 
-    async def _apply(self, step: GateStep, gate: Gate, answer: UpstreamAnswer, attempt: _Try) -> "_Failed | None | object":
+    async def _apply(self, step: GateStep, gate: Gate, answer: Answer, attempt: _Try) -> "_Failed | None | object":
         if step.failure is not None:
-            failed = self._fail(attempt, step.failure.error or ErrorInfo(message="failure"), headers=answer.headers)  # type: ignore[arg-type]
-            headers = client_headers(answer.headers)
+            failed = self._fail(attempt, step.failure.error or ErrorInfo(message="failure"), headers=answer.headers)
             if failed.plan.action != "give_up":
-                self._keep(attempt, _Answered(answer.status, headers, gate.give_up()))
+                self._keep(attempt, answer, gate.held())
                 return failed
             # the last possible attempt: the client gets it as the provider sent it
+            answered = self._keep(attempt, answer, gate.held())
             attempt.record.phase = "forwarded"
-            self.exchange.outcome = "gave_up"
+            self._answered(answered)
             await self._stop_keepalive()
             if not self.sink.headers_sent:
-                await self.sink.start(answer.status, self._with_ours(headers))
-            await self.sink.write(gate.give_up())
+                await self._start(answer.status, answered.headers, attempt.upstream.name)
+            await self._write(gate.pass_through())
             await self._pass_rest(answer)
             return None
         if step.committed:
             self._commit(attempt, step.first_event or "output")
             await self._stop_keepalive()
             if self.sink.headers_sent:
-                upstream = attempt.upstream.name
-                await self.sink.write(f": switchyard upstream={upstream} attempts={len(self.exchange.attempts)}\n\n".encode())
+                await self._announce(attempt)
             else:
-                await self.sink.start(answer.status, self._with_ours(client_headers(answer.headers)))
+                await self._start(answer.status, client_headers(answer.headers), attempt.upstream.name)
         for failure in step.failures_after_output:
             self._log_suppressed(attempt.record, failure.error, failure.event_type)
         if step.emit:
-            await self.sink.write(step.emit)
+            await self._write(step.emit)
         return _CONTINUE
 
-    async def _pass_rest(self, answer: UpstreamAnswer) -> None:
+    async def _pass_rest(self, answer: Answer) -> None:
         while True:
             try:
                 async with asyncio.timeout(self.settings.idle_timeout_s or None):
@@ -306,41 +363,44 @@ class AttemptLoop:
             except TimeoutError:
                 return
             if chunk:
-                await self.sink.write(chunk)
+                await self._write(chunk)
             if error is not None or not chunk:
                 return
 
-    async def _read_all(self, answer: UpstreamAnswer) -> tuple[bytes, BaseException | None]:
-        chunks: list[bytes] = []
-        while True:
-            chunk, error = await answer.read_some()
-            chunks.append(chunk)
-            if not chunk or error is not None:
-                return b"".join(chunks), error
+    # --- writing to the client ------------------------------------------------------
 
-    async def _read_bounded(self, answer: UpstreamAnswer, limit: int, timeout_s: float) -> bytes:
-        """An error body, bounded in size and time: it should follow its headers promptly."""
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(timeout_s or None):
-                while size < limit:
-                    chunk, error = await answer.read_some()
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if not chunk or error is not None:
-                        break
-        except TimeoutError:
-            pass
-        return b"".join(chunks)[:limit]
+    async def _start(self, status: int, headers: list[tuple[str, str]], upstream: str) -> None:
+        await self.sink.start(status, self._with_ours(headers, upstream))
+
+    async def _write(self, data: bytes) -> None:
+        await self.sink.write(data)
+        self._tail = data[-4:]
+
+    async def _announce(self, attempt: _Try) -> None:
+        """Headers left before the winner was known: name it in a comment."""
+        upstream = attempt.upstream.name
+        await self._write(f": switchyard upstream={upstream} attempts={len(self.exchange.attempts)}\n\n".encode())
+
+    async def _write_error_event(self, message: str, code: str) -> None:
+        frame = self.api.error_event(message, code)
+        if self._tail and not self._tail.endswith(FRAME_ENDS):
+            frame = b"\n\n" + frame  # never run into a frame the upstream left open
+        await self._write(frame)
 
     # --- endings --------------------------------------------------------------------
 
-    def _keep(self, attempt: _Try, answered: _Answered) -> _Answered:
+    def _keep(self, attempt: _Try, answer: Answer, body: bytes) -> _Answered:
         """Remember a failed answer: for exhaustion, and to show the attempt in mitmweb."""
+        answered = _Answered(answer.status, client_headers(answer.headers), body, attempt.record)
         self._last_answered = answered
         attempt.record.answer = (answered.status, answered.headers, answered.body)
         return answered
+
+    def _answered(self, answered: _Answered) -> None:
+        """The client gets this (failed) answer: say whose it is."""
+        self.exchange.answered_by = answered.record.upstream
+        self.exchange.answered_url = answered.record.url
+        self.exchange.outcome = "gave_up"
 
     def _commit(self, attempt: _Try, first_event: str) -> None:
         record = attempt.record
@@ -359,16 +419,17 @@ class AttemptLoop:
         """A stream that broke after output must not look like a clean end."""
         self.exchange.outcome = code
         observe.emit(logging.WARNING, "switchyard.stream_cut_after_output", **self._fields(record), code=code, message=message)
-        await self.sink.write(self.api.error_event(f"switchyard: {message}", code))
+        await self._write_error_event(f"switchyard: {message}", code)
 
     async def _forward_answered(self, answered: _Answered, info: ErrorInfo) -> None:
-        self.exchange.outcome = "gave_up"
+        self._answered(answered)
         await self._stop_keepalive()
         if self.sink.headers_sent:
             code = info.code or info.type or "upstream_error"
-            await self.sink.write(self.api.error_event(info.message or "upstream failed", code))
+            await self._write_error_event(info.message or "upstream failed", code)
         else:
-            await self.sink.send_whole(answered.status, self._with_ours(answered.headers), answered.body)
+            headers = self._with_ours(answered.headers, answered.record.upstream)
+            await self.sink.send_whole(answered.status, headers, answered.body)
 
     async def _exhausted(self, last: _Failed) -> None:
         """Nothing left to try and no upstream response open to forward."""
@@ -378,22 +439,26 @@ class AttemptLoop:
                      attempts=len(self.exchange.attempts), message=self._redact(last.info.message))
         code = "upstream_timeout" if last.timed_out else "upstream_unavailable"
         if self.sink.headers_sent:
-            await self.sink.write(self.api.error_event(f"switchyard: every upstream failed; last: {last.info.message}", code))
+            await self._write_error_event(f"switchyard: every upstream failed; last: {last.info.message}", code)
         elif self._last_answered is not None:
             answered = self._last_answered
-            await self.sink.send_whole(answered.status, self._with_ours(answered.headers), answered.body)
+            self._answered(answered)
+            self.exchange.outcome = "exhausted"
+            await self.sink.send_whole(answered.status, self._with_ours(answered.headers, answered.record.upstream), answered.body)
         else:
             body = self.api.error_body(f"switchyard: no upstream answered; last: {last.info.message}", code)
             status = 504 if last.timed_out else 502
-            await self.sink.send_whole(status, self._with_ours([("Content-Type", "application/json")]), body)
+            headers = self._with_ours([("Content-Type", "application/json")], self.exchange.attempts[-1].upstream)
+            await self.sink.send_whole(status, headers, body)
 
     async def fail_internally(self, what: str) -> None:
         message = f"switchyard: internal error ({what}); see the mitmproxy log"
         if self.sink.headers_sent:
-            await self.sink.write(self.api.error_event(message, "switchyard_internal_error"))
+            await self._write_error_event(message, "switchyard_internal_error")
         else:
             body = self.api.error_body(message, "switchyard_internal_error")
-            await self.sink.send_whole(502, self._with_ours([("Content-Type", "application/json")]), body)
+            upstream = self.exchange.attempts[-1].upstream if self.exchange.attempts else "none"
+            await self.sink.send_whole(502, self._with_ours([("Content-Type", "application/json")], upstream), body)
 
     # --- keepalive ------------------------------------------------------------------
 
@@ -402,12 +467,16 @@ class AttemptLoop:
         while True:
             await asyncio.sleep(interval)
             if not self.sink.headers_sent:
-                await self.sink.start(200, self._with_ours(list(SSE_HEADERS), pending=True))
-            await self.sink.write(KEEPALIVE_FRAME)
+                await self.sink.start(200, [*SSE_HEADERS, ("x-switchyard-upstream", "pending"), ("x-switchyard-attempts", "pending")])
+            await self._write(KEEPALIVE_FRAME)
 
     async def _stop_keepalive(self) -> None:
         task, self._keepalive = self._keepalive, None
-        if task is None or task.done():
+        if task is None:
+            return
+        if task.done():
+            if not task.cancelled() and task.exception() is not None:
+                logging.getLogger("switchyard").debug("switchyard.keepalive_failed %r", task.exception())
             return
         task.cancel()
         try:
@@ -416,17 +485,13 @@ class AttemptLoop:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise  # we are being cancelled ourselves, not just the keepalive
+        except Exception:  # a write failed: the client is gone, the handler will be cancelled
+            pass
 
     # --- helpers --------------------------------------------------------------------
 
-    def _with_ours(self, headers: list[tuple[str, str]], *, pending: bool = False) -> list[tuple[str, str]]:
-        attempts = self.exchange.attempts
-        upstream = "pending" if pending else (attempts[-1].upstream if attempts else "none")
-        return [
-            *headers,
-            ("x-switchyard-upstream", upstream),
-            ("x-switchyard-attempts", "pending" if pending else str(len(attempts))),
-        ]
+    def _with_ours(self, headers: list[tuple[str, str]], upstream: str) -> list[tuple[str, str]]:
+        return [*headers, ("x-switchyard-upstream", upstream), ("x-switchyard-attempts", str(len(self.exchange.attempts)))]
 
     def _fields(self, record: AttemptRecord) -> dict[str, object]:
         return {"route": self.route.name, "upstream": record.upstream, "attempt": record.attempt, "request_id": record.request_id}
@@ -481,11 +546,22 @@ _CONTINUE = object()
 
 
 def _secrets_of(exchange: Exchange) -> tuple[str, ...]:
-    """Credential values this exchange carries: the client's and its upstreams'."""
-    values = [value for name, value in exchange.request.headers if name.lower() in CREDENTIAL_HEADERS]
-    values += [upstream.auth[1] for upstream in exchange.route.upstreams if upstream.auth is not None]
+    """Credential values this exchange carries: the client's, and its upstreams' own
+    (their `auth` and any header filled in from the environment)."""
+    values = [value for name, value in exchange.request.headers if name.lower() in secret_header_names(None)]
+    for upstream in exchange.route.upstreams:
+        if upstream.auth is not None:
+            values.append(upstream.auth[1])
+        values += [value for name, value in upstream.headers if name.lower() in upstream.secret_headers]
     found = {part for value in values for part in (value, *value.split()) if len(part) >= 8}
     return tuple(sorted(found, key=len, reverse=True))
+
+
+def _loop_time(deadline: float | None) -> float | None:
+    """A time.monotonic() deadline on the event loop's clock, for asyncio.timeout_at."""
+    if deadline is None:
+        return None
+    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
 
 
 def _transport_info(exc: BaseException) -> ErrorInfo:
@@ -500,4 +576,5 @@ def _transport_info(exc: BaseException) -> ErrorInfo:
         what = "connection reset"
     else:
         what = type(exc).__name__
-    return ErrorInfo(status=502, message=what, event_type="transport")
+    # retryable in its own right (DESIGN §3), whatever the route's retry_on says
+    return ErrorInfo(status=502, message=what, event_type="transport", retryable_hint=True)

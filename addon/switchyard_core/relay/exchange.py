@@ -7,7 +7,6 @@ upstream answered; no locking is needed.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -26,17 +25,12 @@ class OriginalRequest:
     url: str
     headers: tuple[tuple[str, str], ...]
     body: bytes
+    wants_stream: bool = False  # the JSON body says "stream": true
 
-    def json_body(self) -> Any:
-        try:
-            return json.loads(self.body) if self.body else None
-        except (ValueError, RecursionError):
-            return None
-
-    @property
-    def wants_stream(self) -> bool:
-        body = self.json_body()
-        return isinstance(body, dict) and body.get("stream") is True
+    @classmethod
+    def of(cls, method: str, url: str, headers: tuple[tuple[str, str], ...], body: bytes, json_body: Any) -> "OriginalRequest":
+        stream = isinstance(json_body, dict) and json_body.get("stream") is True
+        return cls(method, url, headers, body, stream)
 
 
 @dataclass(slots=True)
@@ -47,8 +41,8 @@ class AttemptRecord:
     upstream: str
     url: str
     started: float
-    outcome: str = "pending"  # committed | retry | next_upstream | fatal | gave_up | ...
-    phase: str = "connect"  # connect | headers | staging | output
+    outcome: str = "pending"  # committed | retry | next_upstream | fatal | give_up
+    phase: str = "connect"  # connect | headers | staging | body | output | forwarded
     status: int | None = None
     code: str | None = None
     message: str | None = None
@@ -58,7 +52,11 @@ class AttemptRecord:
     fault: str | None = None  # the injected fault, if this attempt's failure was made on purpose
     # for the attempt's own flow in mitmweb (not in metadata): what was sent and what came back
     request_headers: tuple[tuple[str, str], ...] = ()
+    secret_headers: frozenset[str] = frozenset()  # names in request_headers never to show
     answer: tuple[int, list[tuple[str, str]], bytes] | None = None
+
+    def shown_request_headers(self) -> list[tuple[str, str]]:
+        return [(name, "[redacted]" if name.lower() in self.secret_headers else value) for name, value in self.request_headers]
 
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
                "event_type", "request_id", "duration_s", "fault")
@@ -81,5 +79,6 @@ class Exchange:
     answered_url: str | None = None
     suppressed_failover: bool = False
     faults: "FaultPlan | None" = None
-    outcome: str = "pending"  # committed | fallback | gave_up | exhausted | client_gone
+    # committed | gave_up | exhausted | stream_cut | stream_stalled | client_gone | internal_error
+    outcome: str = "pending"
 

@@ -76,7 +76,18 @@ class Relay:
         self._runner: web.ServerRunner | None = None
         self._site: web.TCPSite | None = None
         self.port: int | None = None
-        self.in_flight = 0
+        self.in_flight = 0  # exchanges being served now (switchyard.status shows it)
+        self._retired: list[UpstreamClient] = []
+
+    @property
+    def pending(self) -> int:
+        """Tokens issued and not yet used."""
+        return len(self._pending)
+
+    def replace_client(self, http: UpstreamClient) -> None:
+        """New upstream settings; exchanges in flight keep the client they started with."""
+        self._retired.append(self.http)
+        self.http = http
 
     def register(self, route: Route, request: OriginalRequest, faults: FaultPlan | None = None) -> Exchange:
         """An exchange the relay will serve once, for the holder of its token."""
@@ -105,14 +116,19 @@ class Relay:
         self._runner = None
         self._site = None
         self.port = None
-        await self.http.close()
+        for client in (*self._retired, self.http):
+            await client.close()
+        self._retired.clear()
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         token = request.headers.get(TOKEN_HEADER, "")
         exchange = self._pending.pop(token, None) if token else None
         if exchange is None:
             return web.Response(status=403, text="switchyard relay: unknown or used token\n")
-        await request.read()  # the body was recorded in the request hook
+        # the body was recorded in the request hook; drain it without aiohttp's
+        # 1 MiB client_max_size (long contexts and images are larger)
+        while await request.content.readany():
+            pass
         sink = WebSink(request)
         loop = AttemptLoop(exchange, self.http, sink)
         self.in_flight += 1

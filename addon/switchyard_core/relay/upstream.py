@@ -12,9 +12,11 @@ import json
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit, parse_qsl, urlencode
 
 import aiohttp
+import certifi
 
 from ..rules import Upstream
 from .exchange import OriginalRequest
@@ -84,21 +86,39 @@ class UpstreamRequest:
     body: bytes
 
 
+def target_url(original_url: str, upstream_url: str | None) -> str:
+    """Where an upstream's attempt goes: its URL plus the original query if it has
+    none; the client's credential query parameters never cross origins."""
+    if upstream_url is None:
+        return original_url
+    target = urlsplit(upstream_url)
+    query = target.query or urlsplit(original_url).query
+    url = urlunsplit((target.scheme, target.netloc, target.path, query, ""))
+    if query and is_cross_origin(url, original_url):
+        kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k.lower() not in _CREDENTIAL_QUERY]
+        url = urlunsplit((target.scheme, target.netloc, target.path, urlencode(kept), ""))
+    return url
+
+
+def is_cross_origin(url: str, other: str) -> bool:
+    return _origin(url) != _origin(other)
+
+
+def display_url(original: OriginalRequest, upstream: Upstream) -> str:
+    """The attempt's URL as it may be shown: `${VAR}` values left unexpanded."""
+    return target_url(original.url, upstream.display_url)
+
+
+def secret_header_names(upstream: Upstream | None) -> frozenset[str]:
+    """Header names whose values must never be shown: the client's credentials and
+    whatever the upstream's rules filled in from the environment."""
+    return CREDENTIAL_HEADERS | (upstream.secret_headers if upstream else frozenset())
+
+
 def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequest:
     """The request one upstream receives: the client's, re-aimed and re-credentialed."""
-    url = original.url
-    if upstream.url is not None:
-        target = urlsplit(upstream.url)
-        query = target.query
-        if not query:
-            query = urlsplit(original.url).query
-        url = urlunsplit((target.scheme, target.netloc, target.path, query, ""))
-    cross_origin = _origin(url) != _origin(original.url)
-    if cross_origin:
-        parts = urlsplit(url)
-        if parts.query:
-            kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() not in _CREDENTIAL_QUERY]
-            url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), ""))
+    url = target_url(original.url, upstream.url)
+    cross_origin = is_cross_origin(url, original.url)
     replaced = {name.lower() for name, _ in upstream.headers}
     if upstream.auth is not None:
         replaced.add(upstream.auth[0].lower())
@@ -172,12 +192,55 @@ async def read_some(stream: aiohttp.StreamReader) -> tuple[bytes, BaseException 
         return b"".join(chunks), exc
 
 
-class UpstreamAnswer:
-    """One upstream response as the attempt loop reads it: status, headers, bytes.
+class Answer(Protocol):
+    """An upstream's answer as the attempt loop reads it: status, headers, bytes.
 
-    The seam where faults are injected (`faults.FaultyAnswer`), so the loop
-    never knows whether a failure was real.
+    The seam where faults are injected (`faults.FaultyAnswer` wraps an
+    `UpstreamAnswer`), so the loop never knows whether a failure was real.
     """
+
+    status: int
+    headers: Mapping[str, str]
+
+    async def read_some(self) -> tuple[bytes, BaseException | None]: ...
+
+    def close(self) -> None: ...
+
+
+async def read_all(answer: Answer, limit: int) -> tuple[bytes, BaseException | None]:
+    """A whole body, refused past `limit` bytes (ValueError): it is held in memory."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk, error = await answer.read_some()
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"answer larger than {limit} bytes")
+        if not chunk or error is not None:
+            return b"".join(chunks), error
+
+
+async def read_bounded(answer: Answer, limit: int, timeout_s: float | None) -> bytes:
+    """As much of a body as arrives within `limit` bytes and `timeout_s`: for error
+    bodies, which should follow their headers promptly and are only read to classify."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(timeout_s or None):
+            while size < limit:
+                chunk, error = await answer.read_some()
+                chunks.append(chunk)
+                size += len(chunk)
+                if not chunk or error is not None:
+                    break
+    except TimeoutError:
+        pass
+    return b"".join(chunks)[:limit]
+
+
+class UpstreamAnswer:
+    """A real upstream response (aiohttp) as an `Answer`."""
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
@@ -194,17 +257,29 @@ class UpstreamAnswer:
 class UpstreamClient:
     """One aiohttp session for all upstream attempts of the relay."""
 
-    def __init__(self, *, verify: bool = True, ca_file: str | None = None, proxy: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        verify: bool = True,
+        ca_file: str | None = None,
+        ca_dir: str | None = None,
+        proxy: str | None = None,
+        proxy_auth: str | None = None,
+    ) -> None:
         self._verify = verify
         self._ca_file = ca_file
+        self._ca_dir = ca_dir
         self._proxy = proxy
+        self._proxy_auth = aiohttp.BasicAuth(*proxy_auth.split(":", 1)) if proxy_auth and ":" in proxy_auth else None
         self._session: aiohttp.ClientSession | None = None
 
     def _ssl(self) -> ssl.SSLContext | bool:
+        """Verify upstreams as mitmproxy does: its trusted CA options, else certifi's bundle."""
         if not self._verify:
             return False
-        context = ssl.create_default_context(cafile=self._ca_file) if self._ca_file else ssl.create_default_context()
-        return context
+        if self._ca_file or self._ca_dir:
+            return ssl.create_default_context(cafile=self._ca_file, capath=self._ca_dir)
+        return ssl.create_default_context(cafile=certifi.where())
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -234,6 +309,7 @@ class UpstreamClient:
             timeout=timeout,
             allow_redirects=False,
             proxy=self._proxy,
+            proxy_auth=self._proxy_auth,
         )
         return UpstreamAnswer(response)
 

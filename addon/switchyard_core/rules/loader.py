@@ -70,6 +70,8 @@ class Upstream:
     retries: int
     auth: tuple[str, str] | None
     headers: tuple[tuple[str, str], ...]
+    display_url: str | None = None  # `url` as written, `${VAR}` unexpanded: safe to show
+    secret_headers: frozenset[str] = frozenset()  # lowercased names whose values came from the environment
 
     @property
     def is_original(self) -> bool:
@@ -193,6 +195,9 @@ def _resolve_upstream(
         names = ", ".join(f"${{{name}}}" for name in sorted(missing))
         warnings.append(f"{where}: upstream {spec.name!r} skipped: {names} is not set")
         return None
+    secret = {name.lower() for name, value in spec.headers.items() if _VAR.search(value)}
+    if spec.auth is not None:
+        secret.add(spec.auth.header.lower())
     return Upstream(
         name=spec.name,
         url=url,
@@ -200,6 +205,8 @@ def _resolve_upstream(
         retries=spec.retries if spec.retries is not None else route_retries,
         auth=auth,
         headers=headers,
+        display_url=None if spec.url == "original" else spec.url,
+        secret_headers=frozenset(secret),
     )
 
 

@@ -1,0 +1,1144 @@
+#!/usr/bin/env python3
+"""Switchyard benchmark: the same loopback upstream, three ways, interleaved in one run.
+
+    .venv/bin/python scripts/bench.py              # default run (a few minutes)
+    .venv/bin/python scripts/bench.py --quick      # smoke check (well under a minute)
+    .venv/bin/python scripts/bench.py --json out.json --concurrency 1 50 --rounds 3
+
+Paths measured, round by round in rotating order so that drift (thermal, noisy
+neighbours) hits all of them alike:
+
+  direct      the client talks to the upstream itself (the physical limit)
+  plain       `mitmdump` with no script, regular proxy mode, the client using it
+              as its HTTP proxy for a plain-http upstream URL.  Plain mitmdump
+              buffers SSE bodies unless told to stream (mitmproxy issue #4469),
+              so it runs with `--set stream_large_bodies=1`: that is what a user
+              streaming an LLM through it has to set.
+  switchyard  `mitmdump -s addon/switchyard.py` with a rules.yaml whose route
+              matches the upstream path: upstream `primary` (url: original,
+              retries: 0) then `backup` on the upstream's second port.  No
+              stream_large_bodies here: the addon needs the request body in its
+              `request` hook and enables streaming for its own answers.
+
+Both proxies get `--listen-host 127.0.0.1 --set connection_strategy=lazy` and a
+private confdir.
+
+The upstream is an aiohttp server in its own process (this file with
+`--serve`), so its CPU is not charged to the client.  It streams Chat
+Completions answers shaped like OpenAI's: a role frame, N content frames paced
+`--gap-ms` apart, a finish frame, a usage frame, `data: [DONE]`.  Paths:
+
+  /ok/v1/chat/completions      a normal answer              (port 1)
+  /fail/v1/chat/completions    HTTP 200 SSE whose first frame is
+                               data: {"error":{"code":503,"message":"provider overloaded"}}
+                               then the body ends            (port 1)
+  /backup/v1/chat/completions  a normal answer              (port 2, another origin)
+
+Figures, per concurrency level:
+  TTFB   request sent -> first body byte
+  TTFT   request sent -> first frame with non-empty `content` (Switchyard holds
+         the role frame back until the first output by design, so its first
+         byte is the first content; TTFT is the like-for-like figure)
+  TTLB   request sent -> end of body
+  proxy CPU per stream: utime+stime delta of the proxy process (and any
+         descendants, plus cutime/cstime) over the cell, divided by streams
+         (also its kernel part, stime, and the threads' schedstat run count as
+         "wake-ups": the event loop's trips per stream)
+  proxy peak RSS: VmRSS sampled every 20 ms during the cells of that level;
+         a Python process rarely gives memory back, so after the warm-up burst
+         this is in effect the high-water mark (VmHWM, printed too)
+  fallback: time to the backup's first content when the first upstream fails
+         before output.  Switchyard does it inside the proxy; for direct and
+         plain the *client* does it (read the error frame, then ask the backup)
+         — what a client without Switchyard would have to do.  "added" is that
+         time minus (the failing upstream's direct time-to-error + the backup's
+         direct TTFT), both medians from the direct cells of the same run.
+
+Clients are asyncio aiohttp sessions (trust_env=False), one per path, kept for
+the whole run like a long-lived SDK client; a warm-up burst at the highest
+concurrency opens their connections (and the relay's) before measuring.
+
+The header says how busy the rest of the machine was during the measured cells
+(/proc/stat minus the benchmark's own processes, and hypervisor steal): on a
+shared box, trust ratios of interleaved paths more than absolute latencies.  At
+high concurrency on a small machine the single-threaded proxy saturates; then
+frames coalesce per read and CPU per stream falls, so compare CPU ratios at a
+concurrency where the proxy still idles between tokens (c=1).
+
+`--profile DIR` records both proxies with py-spy during the measured rounds
+(pip install py-spy into the venv; it is not a project dependency).
+
+Every wait is bounded; every child process is stopped in `finally` (and gets
+SIGTERM from the kernel if this process dies: PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import select
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+ADDON = ROOT / "addon" / "switchyard.py"
+PATHS = ("direct", "plain", "switchyard")
+PATH_LABEL = {"direct": "direct", "plain": "plain mitmdump", "switchyard": "switchyard"}
+CLIENT_KEY = "sk-bench-client-key"
+BACKUP_KEY = "sk-bench-backup-key"
+REQUEST_BODY = json.dumps(
+    {
+        "model": "gpt-4o",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Write a short paragraph about railway switchyards."},
+        ],
+    }
+).encode()
+REQUEST_HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "text/event-stream",
+    "Authorization": f"Bearer {CLIENT_KEY}",
+}
+CONTENT_MARK = b'"delta":{"content":"'  # a content frame; the role frame has "role" first
+ERROR_MARK = b'"error":'
+DONE = b"data: [DONE]\n\n"
+PROXY_ENV_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy")
+
+# --------------------------------------------------------------------------------------
+# Wire frames (OpenAI Chat Completions shape; mirrors tests/support/wire.py)
+# --------------------------------------------------------------------------------------
+
+WORDS = (
+    "A switchyard sorts railway cars onto the right tracks so that each train leaves "
+    "with the cars it needs, in the order it needs them, without anyone noticing the work"
+).split()
+
+
+def _data(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _chunk(cid: str, delta: dict, finish: str | None = None) -> bytes:
+    return _data(
+        {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": 1727346168,
+            "model": "gpt-4o-2024-08-06",
+            "system_fingerprint": "fp_5050236cbd",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+    )
+
+
+def answer_frames(upstream: str, tokens: int) -> list[bytes]:
+    """role frame, `tokens` content frames, finish frame, usage frame, [DONE]."""
+    cid = f"chatcmpl-bench-{upstream}"
+    frames = [_chunk(cid, {"role": "assistant", "content": "", "refusal": None})]
+    for i in range(tokens):
+        word = WORDS[i % len(WORDS)]
+        frames.append(_chunk(cid, {"content": word if i == 0 else " " + word}))
+    frames.append(_chunk(cid, {}, "stop"))
+    frames.append(
+        _data(
+            {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": 1727346168,
+                "model": "gpt-4o-2024-08-06",
+                "system_fingerprint": "fp_5050236cbd",
+                "choices": [],
+                "usage": {"prompt_tokens": 31, "completion_tokens": tokens, "total_tokens": 31 + tokens},
+            }
+        )
+    )
+    frames.append(DONE)
+    return frames
+
+
+FAIL_FRAME = _data(
+    {
+        "id": "chatcmpl-bench-fail",
+        "object": "chat.completion.chunk",
+        "created": 1727346168,
+        "model": "gpt-4o-2024-08-06",
+        "choices": [],
+        "error": {"code": 503, "message": "provider overloaded"},
+    }
+)
+
+# --------------------------------------------------------------------------------------
+# The upstream (runs in its own process: `bench.py --serve`)
+# --------------------------------------------------------------------------------------
+
+
+async def _serve(tokens: int, gap_s: float, max_lifetime_s: float) -> None:
+    from aiohttp import web
+
+    parent = os.getppid()
+    cache: dict[tuple[str, int], list[bytes]] = {}
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        upstream = request.path.lstrip("/").split("/", 1)[0]
+        n = int(request.query.get("tokens", tokens))
+        response = web.StreamResponse(status=200)
+        response.content_type = "text/event-stream"
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["x-request-id"] = f"req-bench-{upstream}"
+        await response.prepare(request)
+        if upstream == "fail":
+            await response.write(FAIL_FRAME)
+            await response.write_eof()
+            return response
+        frames = cache.get((upstream, n))
+        if frames is None:
+            frames = cache[(upstream, n)] = answer_frames(upstream, n)
+        await response.write(frames[0])  # role frame at once
+        for frame in frames[1:-2]:  # content frames and the finish frame, paced like a model
+            await asyncio.sleep(gap_s)
+            await response.write(frame)
+        await response.write(frames[-2])  # usage
+        await response.write(frames[-1])  # [DONE]
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, handle_signals=False)
+    await runner.setup()
+    ports = []
+    for _ in range(2):
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        ports.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+    sys.stdout.write(json.dumps({"ports": ports}) + "\n")
+    sys.stdout.flush()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    deadline = time.monotonic() + max_lifetime_s
+    try:
+        while not stop.is_set() and time.monotonic() < deadline and os.getppid() == parent:
+            try:
+                await asyncio.wait_for(stop.wait(), 0.5)
+            except asyncio.TimeoutError:
+                pass
+    finally:
+        await runner.cleanup()
+
+
+# --------------------------------------------------------------------------------------
+# Processes: start, watch, stop
+# --------------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for name in PROXY_ENV_VARS:
+        env.pop(name, None)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen
+    log_path: Path | None = None
+    stop_signal: int = signal.SIGTERM
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(self.stop_signal)
+            try:
+                self.process.wait(30 if self.stop_signal == signal.SIGINT else 8)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                try:
+                    self.process.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+        for stream in (self.process.stdout, self.process.stderr, self.process.stdin):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+
+def start_upstream(args: argparse.Namespace, workdir: Path) -> tuple[Child, list[int]]:
+    log = (workdir / "upstream.log").open("wb")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", "--tokens", str(args.tokens),
+           "--gap-ms", str(args.gap_ms), "--max-lifetime", str(args.max_lifetime)]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                               env=_child_env(), preexec_fn=_die_with_parent)
+    log.close()
+    child = Child("upstream", process, workdir / "upstream.log")
+    assert process.stdout is not None
+    deadline = time.monotonic() + 20
+    line = b""
+    while not line.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or process.poll() is not None:
+            child.stop()
+            raise RuntimeError(f"upstream did not start: {(workdir / 'upstream.log').read_text(errors='replace')}")
+        ready, _, _ = select.select([process.stdout], [], [], min(remaining, 0.5))
+        if ready:
+            byte = os.read(process.stdout.fileno(), 1)
+            if not byte:
+                continue
+            line += byte
+    return child, json.loads(line)["ports"]
+
+
+def start_mitmdump(name: str, workdir: Path, extra: list[str]) -> tuple[Child, int]:
+    mitmdump = Path(sys.executable).parent / "mitmdump"
+    if not mitmdump.exists():
+        mitmdump = ROOT / ".venv" / "bin" / "mitmdump"
+    port = free_port()
+    home = workdir / name
+    home.mkdir(parents=True, exist_ok=True)
+    log_path = home / "mitmdump.log"
+    cmd = [str(mitmdump), *extra, "--listen-host", "127.0.0.1", "--mode", f"regular@{port}",
+           "--set", "connection_strategy=lazy", "--set", f"confdir={home / 'conf'}"]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=_child_env(), cwd=home, preexec_fn=_die_with_parent)
+    child = Child(name, process, log_path)
+    deadline = time.monotonic() + 45
+    while True:
+        text = log_path.read_text(errors="replace")
+        if "listening at" in text:
+            return child, port
+        if process.poll() is not None or time.monotonic() > deadline:
+            child.stop()
+            raise RuntimeError(f"{name} mitmdump did not start (cmd: {' '.join(cmd)}):\n{text[-4000:]}")
+        time.sleep(0.05)
+
+
+RULES = """\
+version: 1
+defaults:
+  retries: 1
+  headers_timeout_s: 30
+  idle_timeout_s: 60
+routes:
+  - name: bench-chat
+    match: {{host: 127.0.0.1, path: "/*/v1/chat/completions"}}
+    upstreams:
+      - name: primary
+        url: original
+        retries: 0              # the fallback scenario measures the move to the backup, not a backoff
+      - name: backup
+        url: http://127.0.0.1:{backup_port}/backup/v1/chat/completions
+        auth: {{header: Authorization, value: "Bearer {backup_key}"}}
+"""
+
+# --------------------------------------------------------------------------------------
+# /proc readings
+# --------------------------------------------------------------------------------------
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                kids = Path(f"/proc/{current}/task/{tid}/children").read_text().split()
+            except OSError:
+                continue
+            for kid in kids:
+                out.append(int(kid))
+                todo.append(int(kid))
+    return out
+
+
+def _stat_ticks(pid: int, with_reaped: bool) -> int:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    fields = raw[raw.rindex(")") + 2 :].split()
+    # fields[0] is field 3 (state): utime=14, stime=15, cutime=16, cstime=17
+    ticks = int(fields[11]) + int(fields[12])
+    if with_reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """CPU seconds of a process, its live descendants, and its reaped children."""
+    if pid is None:
+        return 0.0
+    ticks = _stat_ticks(pid, True) + sum(_stat_ticks(kid, False) for kid in _descendants(pid))
+    return ticks / CLK_TCK
+
+
+def kernel_cpu_seconds(pid: int | None) -> float:
+    """The stime (+cstime) part of cpu_seconds: time in the kernel (syscalls, network stack)."""
+    if pid is None:
+        return 0.0
+    ticks = 0
+    for one in [pid, *_descendants(pid)]:
+        try:
+            raw = Path(f"/proc/{one}/stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        ticks += int(fields[12]) + (int(fields[14]) if one == pid else 0)
+    return ticks / CLK_TCK
+
+
+def wakeups(pid: int | None) -> int:
+    """Times the process's threads were scheduled onto a CPU (schedstat run count), a proxy for
+    event-loop wake-ups."""
+    if pid is None:
+        return 0
+    total = 0
+    for one in [pid, *_descendants(pid)]:
+        try:
+            tids = os.listdir(f"/proc/{one}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                total += int(Path(f"/proc/{one}/task/{tid}/schedstat").read_text().split()[2])
+            except (OSError, IndexError, ValueError):
+                pass
+    return total
+
+
+def _status_kb(pid: int, key: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def rss_kb(pid: int | None) -> int:
+    if pid is None:
+        return 0
+    return _status_kb(pid, "VmRSS") + sum(_status_kb(kid, "VmRSS") for kid in _descendants(pid))
+
+
+def machine_busy_s() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine so far, from /proc/stat."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+    steal = fields[7] if len(fields) > 7 else 0
+    return (user + nice + system + irq + softirq) / CLK_TCK, steal / CLK_TCK
+
+
+def ours_cpu_s(pids: list[int]) -> float:
+    return sum(cpu_seconds(pid) for pid in pids) + cpu_seconds(os.getpid())
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        from mitmproxy.version import VERSION as mitm_version
+    except Exception:
+        mitm_version = "unknown"
+    try:
+        import aiohttp
+
+        aiohttp_version = aiohttp.__version__
+    except Exception:
+        aiohttp_version = "unknown"
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except OSError:
+        affinity = os.cpu_count()
+    return {
+        "cpu_model": model,
+        "cores": os.cpu_count(),
+        "cores_usable": affinity,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "mitmproxy": mitm_version,
+        "aiohttp": aiohttp_version,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Optional profiling with py-spy (pip install py-spy into the venv; not a project dependency)
+# --------------------------------------------------------------------------------------
+
+
+def start_profilers(outdir: Path, targets: dict[str, int], max_seconds: float) -> list[Child]:
+    import shutil
+
+    pyspy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if pyspy is None:
+        raise RuntimeError("--profile needs py-spy: .venv/bin/pip install py-spy")
+    outdir.mkdir(parents=True, exist_ok=True)
+    children = []
+    for name, pid in targets.items():
+        log_path = outdir / f"{name}.py-spy.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [pyspy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--nonblocking",
+                 "--duration", str(int(max_seconds)), "--output", str(outdir / f"{name}.collapsed.txt")],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        children.append(Child(f"py-spy-{name}", process, log_path, stop_signal=signal.SIGINT))
+    return children
+
+
+_LINE_NO = __import__("re").compile(r":\d+\)$")
+
+
+def summarize_profile(path: Path, top: int = 30) -> str:
+    """Top functions by inclusive and by self samples from py-spy's collapsed-stack output."""
+    from collections import Counter
+
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [f.strip() for f in stack.split(";")]
+        frames = [_LINE_NO.sub(")", f) for f in frames if not f.startswith(("process ", "thread "))]
+        if not frames:
+            continue
+        own[frames[-1]] += n
+        for frame in set(frames):
+            inclusive[frame] += n
+    out = [f"{path.name}: {total} samples"]
+    out.append("  inclusive:")
+    out += [f"    {100 * n / total:5.1f}%  {frame}" for frame, n in inclusive.most_common(top)] if total else []
+    out.append("  self:")
+    out += [f"    {100 * n / total:5.1f}%  {frame}" for frame, n in own.most_common(top)] if total else []
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------
+# The client
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    ok: bool
+    ttfb: float | None = None  # seconds
+    ttft: float | None = None
+    ttlb: float | None = None
+    upstream: str | None = None  # whose answer arrived (from the chunk id)
+    tte: float | None = None  # fallback, client side: time to the failing upstream's error frame
+    backup_ttft: float | None = None  # fallback, client side: backup request -> first content
+    error: str | None = None
+
+
+@dataclass
+class Read:
+    status: int
+    ttfb: float | None
+    ttft: float | None
+    tte: float | None
+    ttlb: float
+    nbytes: int
+    upstream: str | None
+    ended_done: bool
+    header_upstream: str | None
+
+
+async def read_stream(session: Any, url: str, proxy: str | None, t0: float) -> Read:
+    """POST, read the SSE body to the end, note when things arrived (relative to t0)."""
+    perf = time.perf_counter
+    async with session.post(url, data=REQUEST_BODY, headers=REQUEST_HEADERS, proxy=proxy) as resp:
+        ttfb = ttft = tte = None
+        head = b""
+        upstream = None
+        nbytes = 0
+        tail = b""
+        async for chunk in resp.content.iter_any():
+            now = perf()
+            if ttfb is None:
+                ttfb = now - t0
+            if ttft is None and tte is None:
+                head += chunk
+                at = head.find(CONTENT_MARK)
+                if at >= 0:
+                    ttft = now - t0
+                    id_at = head.rfind(b'"id":"chatcmpl-bench-', 0, at)
+                    if id_at >= 0:
+                        upstream = head[id_at + 21 : head.index(b'"', id_at + 21)].decode()
+                elif ERROR_MARK in head:
+                    tte = now - t0
+                    upstream = "fail"
+            nbytes += len(chunk)
+            tail = (tail + chunk)[-len(DONE):]
+        return Read(resp.status, ttfb, ttft, tte, perf() - t0, nbytes, upstream, tail == DONE,
+                    resp.headers.get("x-switchyard-upstream"))
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, ports: list[int], proxies: dict[str, tuple[int | None, str | None]],
+                 upstream_pid: int) -> None:
+        self.args = args
+        self.ok_url = f"http://127.0.0.1:{ports[0]}/ok/v1/chat/completions"
+        self.fail_url = f"http://127.0.0.1:{ports[0]}/fail/v1/chat/completions"
+        self.backup_url = f"http://127.0.0.1:{ports[1]}/backup/v1/chat/completions"
+        self.proxies = proxies  # path -> (pid, proxy url)
+        self.upstream_pid = upstream_pid
+        self.all_pids = [upstream_pid] + [pid for pid, _ in proxies.values() if pid]
+        self.expected_len = {name: len(b"".join(answer_frames(name, args.tokens))) for name in ("ok", "backup")}
+        self.sessions: dict[str, Any] = {}
+        self.stream_timeout = 30 + args.tokens * args.gap_ms / 1000 * 20
+        self.cells: list[dict[str, Any]] = []
+        self.rss_peak_kb: dict[tuple[str, int], int] = {}
+
+    async def open(self) -> None:
+        import aiohttp
+
+        limit = max(self.args.concurrency)
+        timeout = aiohttp.ClientTimeout(total=self.stream_timeout, sock_connect=10, sock_read=30)
+        for path in PATHS:
+            connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
+            self.sessions[path] = aiohttp.ClientSession(trust_env=False, connector=connector, timeout=timeout,
+                                                        auto_decompress=False)
+
+    async def close(self) -> None:
+        for session in self.sessions.values():
+            try:
+                await asyncio.wait_for(session.close(), 10)
+            except Exception:
+                pass
+        self.sessions.clear()
+
+    # --- one stream ---------------------------------------------------------------
+
+    def _check(self, read: Read, want: str) -> str | None:
+        if read.status != 200:
+            return f"status {read.status}"
+        if read.upstream != want:
+            return f"answer from {read.upstream!r}, wanted {want!r}"
+        if read.nbytes != self.expected_len[want]:
+            return f"{read.nbytes} bytes, wanted {self.expected_len[want]}"
+        if not read.ended_done:
+            return "no [DONE] at the end"
+        if read.ttft is None:
+            return "no content"
+        return None
+
+    async def happy(self, path: str) -> Sample:
+        _, proxy = self.proxies[path]
+        t0 = time.perf_counter()
+        read = await read_stream(self.sessions[path], self.ok_url, proxy, t0)
+        error = self._check(read, "ok")
+        if error is None and path == "switchyard" and read.header_upstream != "primary":
+            error = f"not relayed by Switchyard (x-switchyard-upstream {read.header_upstream!r})"
+        return Sample(error is None, read.ttfb, read.ttft, read.ttlb, read.upstream, error=error)
+
+    async def fallback(self, path: str) -> Sample:
+        _, proxy = self.proxies[path]
+        session = self.sessions[path]
+        t0 = time.perf_counter()
+        if path == "switchyard":  # the proxy falls back by itself
+            read = await read_stream(session, self.fail_url, proxy, t0)
+            error = self._check(read, "backup")
+            if error is None and read.header_upstream != "backup":
+                error = f"x-switchyard-upstream {read.header_upstream!r}"
+            return Sample(error is None, read.ttfb, read.ttft, read.ttlb, read.upstream, error=error)
+        # without Switchyard the client must notice the error frame and ask the backup itself
+        first = await read_stream(session, self.fail_url, proxy, t0)
+        if first.tte is None:
+            return Sample(False, error=f"failing upstream gave no error frame (status {first.status})")
+        t1 = time.perf_counter()
+        read = await read_stream(session, self.backup_url, proxy, t1)
+        error = self._check(read, "backup")
+        offset = t1 - t0
+        return Sample(
+            error is None,
+            first.ttfb,
+            None if read.ttft is None else offset + read.ttft,
+            offset + read.ttlb,
+            read.upstream,
+            tte=first.tte,
+            backup_ttft=read.ttft,
+            error=error,
+        )
+
+    # --- one cell: n streams on one path at concurrency c ------------------------------
+
+    async def cell(self, path: str, kind: str, concurrency: int, n: int, round_no: int | None) -> dict[str, Any]:
+        pid, _ = self.proxies[path]
+        run_one = self.happy if kind == "happy" else self.fallback
+        queue = list(range(n))
+        samples: list[Sample] = []
+
+        async def worker() -> None:
+            while queue:
+                queue.pop()
+                try:
+                    samples.append(await asyncio.wait_for(run_one(path), self.stream_timeout + 5))
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - a failed stream is a result, not a crash
+                    samples.append(Sample(False, error=f"{type(exc).__name__}: {exc}"[:300]))
+
+        peak = 0
+        stop_sampling = asyncio.Event()
+
+        async def sample_rss() -> None:
+            nonlocal peak
+            while not stop_sampling.is_set():
+                peak = max(peak, rss_kb(pid))
+                try:
+                    await asyncio.wait_for(stop_sampling.wait(), 0.02)
+                except asyncio.TimeoutError:
+                    pass
+
+        sampler = asyncio.create_task(sample_rss()) if pid else None
+        waves = math.ceil(n / concurrency)
+        bound = 60 + waves * (self.args.tokens * self.args.gap_ms / 1000 + 1) * 20
+        busy0, steal0 = machine_busy_s()
+        ours0 = ours_cpu_s(self.all_pids)
+        cpu0, up0, self0 = cpu_seconds(pid), cpu_seconds(self.upstream_pid), time.process_time()
+        sys0, wake0 = kernel_cpu_seconds(pid), wakeups(pid)
+        w0 = time.perf_counter()
+        workers = [asyncio.create_task(worker()) for _ in range(min(concurrency, n))]
+        try:
+            done, pending = await asyncio.wait(workers, timeout=bound)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=10)
+                samples.extend(Sample(False, error="cell timeout") for _ in range(max(0, n - len(samples))))
+        finally:
+            wall = time.perf_counter() - w0
+            cpu1, up1, self1 = cpu_seconds(pid), cpu_seconds(self.upstream_pid), time.process_time()
+            sys1, wake1 = kernel_cpu_seconds(pid), wakeups(pid)
+            busy1, steal1 = machine_busy_s()
+            ours1 = ours_cpu_s(self.all_pids)
+            stop_sampling.set()
+            if sampler is not None:
+                await asyncio.wait([sampler], timeout=5)
+        key = (path, concurrency)
+        self.rss_peak_kb[key] = max(self.rss_peak_kb.get(key, 0), peak)
+        result = {
+            "path": path,
+            "kind": kind,
+            "concurrency": concurrency,
+            "round": round_no,
+            "streams": n,
+            "wall_s": wall,
+            "proxy_cpu_s": cpu1 - cpu0 if pid else None,
+            "proxy_kernel_cpu_s": sys1 - sys0 if pid else None,
+            "proxy_wakeups": wake1 - wake0 if pid else None,
+            "upstream_cpu_s": up1 - up0,
+            "client_cpu_s": self1 - self0,
+            # CPU used on this machine by processes that are not part of the benchmark
+            # (other test runs, ...), and CPU time the hypervisor gave to someone else
+            "foreign_cpu_s": max(0.0, (busy1 - busy0) - (ours1 - ours0)),
+            "steal_cpu_s": steal1 - steal0,
+            "proxy_rss_peak_kb": peak if pid else None,
+            "samples": [asdict(s) for s in samples],
+        }
+        if round_no is not None:
+            self.cells.append(result)
+        return result
+
+
+# --------------------------------------------------------------------------------------
+# Statistics and the report
+# --------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize(cells: list[dict[str, Any]], rss_peak_kb: dict[tuple[str, int], int], concurrency: list[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c in concurrency:
+        for kind in ("happy", "fallback"):
+            for path in PATHS:
+                mine = [cell for cell in cells if cell["path"] == path and cell["kind"] == kind and cell["concurrency"] == c]
+                if not mine:
+                    continue
+                samples = [s for cell in mine for s in cell["samples"]]
+                good = [s for s in samples if s["ok"]]
+                streams = sum(cell["streams"] for cell in mine)
+
+                def col(name: str) -> list[float]:
+                    return [s[name] for s in good if s[name] is not None]
+
+                entry: dict[str, Any] = {
+                    "streams": streams,
+                    "failed": len(samples) - len(good),
+                    "errors": sorted({s["error"] for s in samples if s["error"]})[:5],
+                }
+                for name in ("ttfb", "ttft", "ttlb", "tte", "backup_ttft"):
+                    values = col(name)
+                    if values:
+                        entry[name] = {"median": median(values), "p99": percentile(values, 99), "n": len(values)}
+                if mine[0]["proxy_cpu_s"] is not None:
+                    entry["proxy_cpu_s_per_stream"] = sum(cell["proxy_cpu_s"] for cell in mine) / streams
+                    entry["proxy_cpu_s_per_stream_by_round"] = [cell["proxy_cpu_s"] / cell["streams"] for cell in mine]
+                    entry["proxy_kernel_cpu_s_per_stream"] = sum(cell["proxy_kernel_cpu_s"] for cell in mine) / streams
+                    entry["proxy_wakeups_per_stream"] = sum(cell["proxy_wakeups"] for cell in mine) / streams
+                    entry["proxy_busy_pct"] = 100 * sum(cell["proxy_cpu_s"] for cell in mine) / sum(cell["wall_s"] for cell in mine)
+                entry["upstream_cpu_s_per_stream"] = sum(cell["upstream_cpu_s"] for cell in mine) / streams
+                entry["client_cpu_s_per_stream"] = sum(cell["client_cpu_s"] for cell in mine) / streams
+                if path != "direct":
+                    entry["proxy_rss_peak_mb"] = rss_peak_kb.get((path, c), 0) / 1024
+                out[f"{kind}/c{c}/{path}"] = entry
+    return out
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(sw: float | None, plain: float | None) -> str:
+    if sw is None or plain is None or abs(plain) < 1e-9:
+        return "—"
+    if plain < 0 or sw < 0:
+        return "n/a (negative)"
+    return f"{sw / plain:.2f}x"
+
+
+def _diff(sw: float | None, plain: float | None, digits: int = 2) -> str:
+    if sw is None or plain is None:
+        return "—"
+    return f"{sw - plain:+.{digits}f}"
+
+
+def report(summary: dict[str, Any], concurrency: list[int]) -> str:
+    lines = [
+        "| c | figure | direct | plain mitmdump | switchyard | switchyard / plain | switchyard − plain |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+
+    def row(c: int, label: str, values: dict[str, float | None], digits: int = 2, diff: bool = True) -> None:
+        sw, plain = values.get("switchyard"), values.get("plain")
+        lines.append(
+            f"| {c} | {label} | {_fmt(values.get('direct'), digits)} | {_fmt(plain, digits)} | {_fmt(sw, digits)} "
+            f"| {_ratio(sw, plain)} | {_diff(sw, plain, digits) if diff else '—'} |"
+        )
+
+    def get(kind: str, c: int, path: str, *keys: str, scale: float = 1.0) -> float | None:
+        node: Any = summary.get(f"{kind}/c{c}/{path}")
+        for key in keys:
+            if not isinstance(node, dict) or key not in node:
+                return None
+            node = node[key]
+        return None if node is None else node * scale
+
+    for c in concurrency:
+        for label, key in (("TTFB", "ttfb"), ("TTFT (first content)", "ttft"), ("TTLB", "ttlb")):
+            for stat in ("median", "p99"):
+                row(c, f"{label} {stat} (ms)", {p: get("happy", c, p, key, stat, scale=1000) for p in PATHS})
+        row(c, "proxy CPU per stream (ms)", {p: get("happy", c, p, "proxy_cpu_s_per_stream", scale=1000) for p in PATHS})
+        row(c, "… of which in the kernel (stime, ms)",
+            {p: get("happy", c, p, "proxy_kernel_cpu_s_per_stream", scale=1000) for p in PATHS})
+        row(c, "proxy wake-ups per stream (schedstat)", {p: get("happy", c, p, "proxy_wakeups_per_stream") for p in PATHS}, 0)
+        row(c, "proxy CPU busy (% of one core, over the cells)", {p: get("happy", c, p, "proxy_busy_pct") for p in PATHS}, 0)
+        row(c, "proxy peak RSS (MB, sampled; RSS never shrinks, so this is the high-water mark so far)", {p: get("happy", c, p, "proxy_rss_peak_mb") for p in PATHS}, 1)
+        row(c, "failed streams", {p: get("happy", c, p, "failed") for p in PATHS}, 0)
+        # fallback
+        ref_tte = get("fallback", c, "direct", "tte", "median", scale=1000)
+        ref_backup = get("fallback", c, "direct", "backup_ttft", "median", scale=1000)
+        ref = None if ref_tte is None or ref_backup is None else ref_tte + ref_backup
+        fb = {p: get("fallback", c, p, "ttft", "median", scale=1000) for p in PATHS}
+        row(c, "fallback: time to backup's first content, median (ms)", fb)
+        row(c, "fallback: time to backup's first content, p99 (ms)",
+            {p: get("fallback", c, p, "ttft", "p99", scale=1000) for p in PATHS})
+        row(c, "fallback: failing upstream's time-to-error, median (ms)",
+            {p: get("fallback", c, p, "tte", "median", scale=1000) for p in PATHS})
+        row(c, "fallback: added beyond direct time-to-error + direct backup TTFT (ms)",
+            {p: None if fb[p] is None or ref is None else fb[p] - ref for p in PATHS})
+        row(c, "fallback: extra over the same path's happy TTFT, beyond direct time-to-error (ms)",
+            {p: None if fb[p] is None or ref_tte is None or get("happy", c, p, "ttft", "median") is None
+             else fb[p] - get("happy", c, p, "ttft", "median", scale=1000) - ref_tte for p in PATHS})
+        row(c, "fallback: proxy CPU per stream (ms)",
+            {p: get("fallback", c, p, "proxy_cpu_s_per_stream", scale=1000) for p in PATHS})
+        row(c, "fallback: failed streams", {p: get("fallback", c, p, "failed") for p in PATHS}, 0)
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------
+
+
+async def run(args: argparse.Namespace, ports: list[int], proxies: dict[str, tuple[int | None, str | None]],
+              upstream_pid: int, progress: Any, measuring: Any = None) -> tuple[Bench, dict[str, Any]]:
+    bench = Bench(args, ports, proxies, upstream_pid)
+    await bench.open()
+    try:
+        top = max(args.concurrency)
+        progress(f"warm-up: {top} concurrent streams per path, then fallbacks")
+        for path in PATHS:
+            warm = await bench.cell(path, "happy", top, top, None)
+            fails = [s["error"] for s in warm["samples"] if not s["ok"]]
+            if fails:
+                raise RuntimeError(f"warm-up on {path} failed: {fails[:3]}")
+            warm = await bench.cell(path, "fallback", min(top, 10), min(top, 10), None)
+            fails = [s["error"] for s in warm["samples"] if not s["ok"]]
+            if fails:
+                raise RuntimeError(f"fallback warm-up on {path} failed: {fails[:3]}")
+        idle_rss = {path: rss_kb(proxies[path][0]) / 1024 for path in PATHS if proxies[path][0]}
+        if measuring is not None:
+            measuring()
+        for round_no in range(args.rounds):
+            for c in args.concurrency:
+                for kind in ("happy", "fallback"):
+                    n = max(args.streams if kind == "happy" else args.fallback_streams, c)
+                    shift = (round_no + (kind == "fallback")) % len(PATHS)
+                    order = PATHS[shift:] + PATHS[:shift]
+                    for path in order:
+                        cell = await bench.cell(path, kind, c, n, round_no)
+                        bad = sum(1 for s in cell["samples"] if not s["ok"])
+                        cpu = cell["proxy_cpu_s"]
+                        progress(
+                            f"round {round_no + 1}/{args.rounds} c={c:<3} {kind:<8} {path:<10} n={n:<4} "
+                            f"wall {cell['wall_s']:6.2f}s"
+                            + (f"  proxy cpu/stream {cpu / n * 1000:7.2f} ms" if cpu is not None else "")
+                            + (f"  FAILED {bad}" if bad else "")
+                        )
+        return bench, {"idle_rss_mb_after_warmup": idle_rss}
+    finally:
+        await bench.close()
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--streams", type=int, default=20, help="happy-path streams per path, concurrency level and round (at least the concurrency)")
+    parser.add_argument("--fallback-streams", type=int, default=10, help="fallback streams per path, concurrency level and round (at least the concurrency)")
+    parser.add_argument("--tokens", type=int, default=200, help="content frames per answer")
+    parser.add_argument("--gap-ms", type=float, default=2.0, help="pause before each content frame, like a model between tokens")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50], help="concurrency levels (default: 1 50)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--quick", action="store_true", help="a small smoke run (1 round, 50 tokens, few streams)")
+    parser.add_argument("--json", type=Path, help="write the raw numbers here")
+    parser.add_argument("--keep-logs", type=Path, help="copy the mitmdump and upstream logs into this directory")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="record both proxies with py-spy during the measured rounds (collapsed stacks and a "
+                             "summary in DIR); sampling costs CPU, so do not quote a profiled run's figures")
+    parser.add_argument("--max-lifetime", type=float, default=3600, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds = 1
+        args.tokens = min(args.tokens, 50)
+        args.streams = min(args.streams, 5)
+        args.fallback_streams = min(args.fallback_streams, 3)
+    if min(args.concurrency) < 1 or args.streams < 1 or args.fallback_streams < 1 or args.rounds < 1 or args.tokens < 1:
+        parser.error("--concurrency, --streams, --fallback-streams, --rounds and --tokens must be at least 1")
+    if args.gap_ms < 0:
+        parser.error("--gap-ms must not be negative")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.serve:
+        asyncio.run(_serve(args.tokens, args.gap_ms / 1000, args.max_lifetime))
+        return 0
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    started = time.monotonic()
+
+    def progress(text: str) -> None:
+        print(f"[{time.monotonic() - started:7.1f}s] {text}", file=sys.stderr, flush=True)
+
+    info = machine()
+    children: list[Child] = []
+    workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
+    try:
+        upstream, ports = start_upstream(args, workdir)
+        children.append(upstream)
+        progress(f"upstream pid {upstream.pid} on ports {ports}")
+        rules = workdir / "rules.yaml"
+        rules.write_text(RULES.format(backup_port=ports[1], backup_key=BACKUP_KEY))
+        plain, plain_port = start_mitmdump("plain", workdir, ["--set", "stream_large_bodies=1"])
+        children.append(plain)
+        switchyard, sw_port = start_mitmdump("switchyard", workdir, ["-s", str(ADDON), "--set", f"switchyard_rules={rules}"])
+        children.append(switchyard)
+        progress(f"plain mitmdump pid {plain.pid} :{plain_port}; switchyard mitmdump pid {switchyard.pid} :{sw_port}")
+        proxies: dict[str, tuple[int | None, str | None]] = {
+            "direct": (None, None),
+            "plain": (plain.pid, f"http://127.0.0.1:{plain_port}"),
+            "switchyard": (switchyard.pid, f"http://127.0.0.1:{sw_port}"),
+        }
+        profilers: list[Child] = []
+
+        def measuring() -> None:
+            if args.profile:
+                profilers.extend(start_profilers(args.profile, {"plain": plain.pid, "switchyard": switchyard.pid},
+                                                 args.max_lifetime))
+                children.extend(profilers)
+                progress(f"py-spy recording into {args.profile}")
+
+        bench, extra = asyncio.run(run(args, ports, proxies, upstream.pid, progress, measuring))
+        for profiler in profilers:
+            profiler.stop()
+        hwm = {name: _status_kb(pid, "VmHWM") / 1024 for name, (pid, _) in proxies.items() if pid}
+        for child in (plain, switchyard):
+            if child.process.poll() is not None:
+                raise RuntimeError(f"{child.name} mitmdump exited during the run:\n{child.log_path.read_text(errors='replace')[-3000:]}")
+        wall = time.monotonic() - started
+        summary = summarize(bench.cells, bench.rss_peak_kb, args.concurrency)
+        config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("serve", "max_lifetime")}
+        print()
+        print("## Switchyard benchmark")
+        print()
+        print(f"Machine: {info['cpu_model']}, {info['cores']} cores ({info['cores_usable']} usable), Linux {info['kernel']}, "
+              f"Python {info['python']}, mitmproxy {info['mitmproxy']}, aiohttp {info['aiohttp']}")
+        try:
+            python = os.path.relpath(sys.executable)
+        except ValueError:
+            python = sys.executable
+        print(f"Command: {python} {os.path.relpath(Path(__file__).resolve())} {' '.join(argv)}".rstrip())
+        print(f"Run: {args.rounds} interleaved round(s); {args.tokens} content frames per answer, {args.gap_ms:g} ms apart; "
+              f"per path, level and round {args.streams} happy / {args.fallback_streams} fallback streams "
+              f"(at least the concurrency); wall time {wall:.1f} s")
+        plain_c1 = summary.get(f"happy/c{min(args.concurrency)}/plain", {})
+        if plain_c1.get("ttfb") and plain_c1.get("ttlb") and args.tokens * args.gap_ms >= 50:
+            if plain_c1["ttfb"]["median"] > 0.5 * plain_c1["ttlb"]["median"]:
+                print("WARNING: plain mitmdump's first byte came late: it does not seem to stream (stream_large_bodies)")
+        measured = [cell for cell in bench.cells]
+        cell_wall = sum(cell["wall_s"] for cell in measured) or 1.0
+        foreign = sum(cell["foreign_cpu_s"] for cell in measured) / cell_wall
+        foreign_max = max((cell["foreign_cpu_s"] / cell["wall_s"] for cell in measured if cell["wall_s"] > 0), default=0.0)
+        steal = sum(cell["steal_cpu_s"] for cell in measured) / cell_wall
+        print(f"Machine load from other processes during the measured cells: {100 * foreign:.0f}% of one core on "
+              f"average (worst cell {100 * foreign_max:.0f}%), hypervisor steal {100 * steal:.0f}%; "
+              f"load average at the end {os.getloadavg()[0]:.2f}")
+        if foreign > 0.1 or foreign_max > 0.3:
+            print("WARNING: other processes were busy on this machine; latency figures (p99, c>1) are disturbed. "
+                  "Ratios are fairer than absolute values because the paths are interleaved.")
+        print()
+        print(report(summary, args.concurrency))
+        print()
+        print("Proxy peak memory over the whole run (VmHWM): "
+              + ", ".join(f"{PATH_LABEL[k]} {v:.1f} MB" for k, v in hwm.items())
+              + "; after warm-up, idle: "
+              + ", ".join(f"{PATH_LABEL[k]} {v:.1f} MB" for k, v in extra["idle_rss_mb_after_warmup"].items()))
+        for c in args.concurrency:
+            sw = summary.get(f"happy/c{c}/switchyard", {}).get("proxy_cpu_s_per_stream_by_round")
+            pl = summary.get(f"happy/c{c}/plain", {}).get("proxy_cpu_s_per_stream_by_round")
+            if sw and pl:
+                print(f"CPU ratio switchyard / plain by round, c={c}: " + ", ".join(f"{a / b:.2f}x" for a, b in zip(sw, pl) if b))
+        if profilers:
+            parts = []
+            for name in ("plain", "switchyard"):
+                collapsed = args.profile / f"{name}.collapsed.txt"
+                if collapsed.exists():
+                    parts.append(summarize_profile(collapsed))
+            (args.profile / "summary.txt").write_text("\n\n".join(parts) + "\n")
+            print(f"Profiles: {args.profile} (summary.txt; the figures above include py-spy's sampling cost)")
+        errors = {k: v["errors"] for k, v in summary.items() if v.get("errors")}
+        if errors:
+            print("Errors: " + json.dumps(errors, indent=1))
+        if args.json:
+            payload = {"machine": info, "config": config, "wall_s": wall, "summary": summary, "vmhwm_mb": hwm,
+                       **extra, "cells": bench.cells}
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(payload, indent=1))
+            print(f"Raw numbers: {args.json}")
+        return 1 if any(v["failed"] for v in summary.values()) else 0
+    except KeyboardInterrupt:
+        print("\ninterrupted; stopping processes", file=sys.stderr)
+        return 130
+    except RuntimeError as exc:
+        print(f"\nbench failed: {exc}", file=sys.stderr)
+        for child in children:
+            if child.name in ("plain", "switchyard") and child.log_path and child.log_path.exists():
+                lines = child.log_path.read_text(errors="replace").splitlines()
+                hits = [line for line in lines if "error" in line.lower() or "Traceback" in line][-12:]
+                if hits:
+                    print(f"last error lines of the {child.name} mitmdump log:", file=sys.stderr)
+                    print("\n".join("  " + line for line in hits), file=sys.stderr)
+        return 2
+    finally:
+        for child in reversed(children):
+            child.stop()
+        if args.keep_logs:
+            args.keep_logs.mkdir(parents=True, exist_ok=True)
+            for child in children:
+                if child.log_path and child.log_path.exists():
+                    (args.keep_logs / f"{child.name}.log").write_bytes(child.log_path.read_bytes())
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
