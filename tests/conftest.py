@@ -79,6 +79,17 @@ routes:
     upstreams:
       - {{name: tiny, url: original}}
       - {{name: backup, url: "http://127.0.0.1:{p2}/backup/v1/chat/completions"}}
+  - name: chat-narrow-retry-on       # retry_on narrowed: transport failures still fall back
+    match: {{path: /narrow/v1/chat/completions}}
+    retry_on: [429]
+    upstreams:
+      - {{name: dead, url: "http://127.0.0.1:{dead}/dead/v1/chat/completions", retries: 0}}
+      - {{name: backup, url: "http://127.0.0.1:{p2}/backup/v1/chat/completions"}}
+  - name: chat-dead-last
+    match: {{path: /deadlast/v1/chat/completions}}
+    upstreams:
+      - {{name: deadlast, url: original, retries: 0}}
+      - {{name: dead, url: "http://127.0.0.1:{dead}/dead/v1/chat/completions", retries: 0}}
   - name: responses
     match: {{path: /primary/v1/responses}}
     upstreams:
@@ -133,6 +144,8 @@ class CurlResult:
 
     @classmethod
     def parse(cls, raw: bytes, returncode: int, stderr: bytes) -> "CurlResult":
+        while raw.startswith(b"HTTP/1.1 100"):  # curl's Expect: 100-continue for large bodies
+            raw = raw.partition(b"\r\n\r\n")[2]
         head, sep, body = raw.partition(b"\r\n\r\n")
         if not sep:
             return cls(0, {}, b"", returncode, stderr)

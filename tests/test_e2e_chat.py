@@ -398,3 +398,39 @@ def test_gzip_encoded_answers_are_classified_and_relayed_decoded(env: Env) -> No
     env.provider.script("primary", Reply(200, [gzip.compress(json.dumps(answer).encode())], content_type="application/json", headers={"Content-Encoding": "gzip"}))
     result = env.curl(chat_url(env), env.chat_body(stream=False), headers={"Accept-Encoding": "gzip"})
     assert json.loads(result.body) == answer
+
+
+# --- large bodies, narrowed retry_on, attribution ---------------------------------------
+
+
+def test_request_bodies_larger_than_a_mebibyte_are_relayed_intact(env: Env) -> None:
+    env.provider.script("primary", Reply.sse(HEADLINE), Reply.sse(HEADLINE))
+    big = env.chat_body(padding="x" * (3 * 1024 * 1024))
+    result = env.curl(chat_url(env), big)
+    assert result.body == BACKUP_BYTES
+    primary, _, backup = env.provider.calls
+    assert primary.body == big
+    assert backup.json() == {**json.loads(big), "model": "backup-model"}
+
+
+def test_a_narrowed_retry_on_still_falls_back_on_transport_failures(env: Env) -> None:
+    result = env.curl(chat_url(env, "narrow"), env.chat_body())
+    assert result.body == BACKUP_BYTES
+    assert result.headers["x-switchyard-upstream"] == "backup"
+
+
+def test_exhaustion_names_the_upstream_whose_answer_the_client_got(env: Env) -> None:
+    env.provider.script("deadlast", Reply.json(503, {"error": {"message": "overloaded"}}))
+    result = env.curl(chat_url(env, "deadlast"), env.chat_body())
+    assert result.status == 503 and json.loads(result.body) == {"error": {"message": "overloaded"}}
+    assert result.headers["x-switchyard-upstream"] == "deadlast"  # not "dead", which never answered
+    assert result.headers["x-switchyard-attempts"] == "2"
+
+
+def test_cut_after_output_drops_an_unterminated_last_frame_before_the_error(env: Env) -> None:
+    content = wire.chat_chunk({"content": "partial"})
+    env.provider.script("primary", Reply.sse(wire.CHAT_ROLE, content, b'data: {"id":"chatcmpl-1","choi'))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body.startswith(wire.CHAT_ROLE + content)
+    error = json.loads(result.body[len(wire.CHAT_ROLE + content):].removeprefix(b"data: "))
+    assert error["error"]["code"] == "stream_cut"

@@ -112,7 +112,9 @@ def test_tls_handshake_failure_is_a_retryable_transport_failure(tls: TlsSetup) -
 
 def test_upstream_proxy_mode_sends_every_attempt_through_the_upstream_proxy(tmp_path: Path) -> None:
     provider = FakeProvider().start()
-    upstream_proxy = start_mitmdump(tmp_path / "none.yaml", tmp_path / "upstream-proxy.log", bare=True)
+    # the upstream proxy wants credentials: the relay must send mitmproxy's upstream_auth
+    upstream_proxy = start_mitmdump(tmp_path / "none.yaml", tmp_path / "upstream-proxy.log", bare=True,
+                                    extra_args=["--set", "proxyauth=corp:hunter22"])
     rules = tmp_path / "rules.yaml"
     rules.write_text(f"""\
 version: 1
@@ -124,7 +126,8 @@ routes:
       - {{name: primary, url: original, retries: 0}}
       - {{name: backup, url: "http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions"}}
 """)
-    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", mode=f"upstream:{upstream_proxy.proxy_url}")
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", mode=f"upstream:{upstream_proxy.proxy_url}",
+                          extra_args=["--set", "upstream_auth=corp:hunter22"])
     try:
         provider.script("primary", Reply.sse(HEADLINE))
         client = openai.OpenAI(api_key=CLIENT_SECRET, base_url=provider.url("primary", "/v1"), max_retries=0,

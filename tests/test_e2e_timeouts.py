@@ -87,3 +87,35 @@ def test_staging_past_the_limit_commits_and_passes_through(env: Env) -> None:
     result = env.curl(url(env, "tiny"), env.chat_body())
     assert result.body == b"".join(sent)
     assert [c.upstream for c in env.provider.calls] == ["tiny"]
+
+
+def test_non_streaming_requests_are_bounded_by_request_timeout_not_headers_timeout(env: Env) -> None:
+    slow = Reply.json(200, wire.chat_completion("worth the wait"))
+    slow.delay_headers_s = 1.0  # past the route's headers_timeout_s (0.5), within request_timeout_s
+    env.provider.script("slow", slow)
+    result = env.curl(url(env, "slow"), env.chat_body(stream=False))
+    assert json.loads(result.body)["choices"][0]["message"]["content"] == "worth the wait"
+    assert [c.upstream for c in env.provider.calls] == ["slow"]
+
+
+def test_silence_before_output_behind_keepalives_moves_to_the_next_upstream(env: Env) -> None:
+    # no first_output_timeout_s on this route: idle_timeout_s (3 s) bounds the silence
+    env.provider.script("keepalive", Reply.sse(wire.CHAT_ROLE, 30.0, *wire.chat_stream("never")))
+    mark = env.mitm.log_mark()
+    result = env.curl(url(env, "keepalive"), env.chat_body())
+    head, sep, answer = result.body.partition(b": switchyard upstream=backup attempts=2\n\n")
+    assert sep and answer == BACKUP_BYTES
+    assert head.startswith(b": switchyard keepalive\n\n")
+    log = env.mitm.wait_for_log("switchyard.fallback_answered", mark)
+    assert 'upstream=keepalive attempt=1 phase=staging status=504 event=timeout decision=next_upstream message="nothing for 3s"' in log
+
+
+def test_a_non_streaming_body_after_keepalive_headers_is_reported_in_band(env: Env) -> None:
+    late = Reply.json(200, wire.chat_completion("not a stream"))
+    late.delay_headers_s = 0.5
+    env.provider.script("keepalive", late)
+    result = env.curl(url(env, "keepalive"), env.chat_body())
+    frames = [f for f in result.body.split(b"\n\n") if f]
+    assert frames[0] == b": switchyard keepalive"
+    assert frames[-2] == b": switchyard upstream=keepalive attempts=1"
+    assert json.loads(frames[-1].removeprefix(b"data: "))["error"]["code"] == "non_streaming_answer"

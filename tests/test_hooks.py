@@ -157,7 +157,7 @@ def test_status_command_lists_routes_upstreams_and_credentials(rules_file: Path)
 # --- the flow view: what mitmweb and the console show -------------------------------------
 
 
-async def test_flow_view_shows_the_story_and_each_failed_attempt(tmp_path: Path) -> None:
+async def test_flow_view_shows_the_story_and_each_failed_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The relay runs for real against a loopback provider; the test plays mitmproxy's part
     of sending the re-aimed request to the relay and handing back its answer."""
     import aiohttp
@@ -180,7 +180,9 @@ routes:
       - name: backup
         url: http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions
         auth: {{header: Authorization, value: "Bearer backup-key-123"}}
+        headers: {{Helicone-Auth: "Bearer ${{SWY_HOOK_GATEWAY_KEY}}", X-Team: dev}}
 """)
+        monkeypatch.setenv("SWY_HOOK_GATEWAY_KEY", "sk-gateway-SECRET-77")
         failure = [wire.CHAT_ROLE, wire.chat_error(503, "provider overloaded")]
         provider.script("primary", Reply.sse(*failure))
         keeper, router, view = RulesKeeper(), Router(RulesKeeper()), View()
@@ -201,6 +203,12 @@ routes:
 
             assert body == b"".join(wire.chat_stream(wire.answer_text("backup")))
             assert flow.request.url == f"http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions"
+            # the flow now pairs another origin's URL with what that origin was sent, secrets
+            # redacted: never the client's key (a replay would send it there)
+            assert flow.request.headers["authorization"] == "[redacted]"
+            assert flow.request.headers["helicone-auth"] == "[redacted]"
+            assert flow.request.headers["x-team"] == "dev"
+            assert provider.calls_to("backup")[0].headers["Helicone-Auth"] == "Bearer sk-gateway-SECRET-77"
             assert flow.comment == "primary: 503 provider overloaded before output → backup answered"
             assert flow.marked == ":arrows_counterclockwise:"
             story = flow.metadata["switchyard"]

@@ -166,7 +166,7 @@ class FakeProvider:
             asyncio.set_event_loop(loop)
 
             async def up() -> None:
-                app = web.Application()
+                app = web.Application(client_max_size=64 * 1024 * 1024)
                 app.router.add_route("*", "/{tail:.*}", self._handle)
                 self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
                 await self._runner.setup()
