@@ -14,10 +14,13 @@ import asyncio
 import json
 import random
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from .relay.upstream import Answer
+if TYPE_CHECKING:
+    from .relay.upstream import Answer
+
 from .rules.schema import FaultSpec
 from .sse import FrameSplitter
 

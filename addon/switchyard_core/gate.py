@@ -147,6 +147,8 @@ class Gate:
         return step
 
     def _after_output(self, frame: Frame, step: GateStep) -> bytes:
+        if not self._classifier.worth_a_look(frame.raw):
+            return frame.raw  # plain answer content: forwarded without parsing
         result = self._classifier.classify(frame.event)
         if result.kind is FrameKind.FAILURE:
             step.failures_after_output.append(result)

@@ -70,6 +70,9 @@ class MessagesStream:
     def complete(self) -> bool:
         return self._complete
 
+    def worth_a_look(self, raw: bytes) -> bool:
+        return b"error" in raw or b"message_stop" in raw
+
     def classify(self, event: SseEvent) -> Classification:
         result = self._classify(event)
         if result.kind is FrameKind.OUTPUT:

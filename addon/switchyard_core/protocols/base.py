@@ -51,6 +51,11 @@ class StreamClassifier(Protocol):
 
     def classify(self, event: SseEvent) -> Classification: ...
 
+    def worth_a_look(self, raw: bytes) -> bool:
+        """After output, whether a frame's raw bytes might end the stream or report a
+        failure; only those are parsed (a byte-level check, cheap on the hot path)."""
+        ...
+
     @property
     def complete(self) -> bool:
         """The API's end marker has been seen: a later EOF is a clean end."""

@@ -10,6 +10,7 @@ delta fails closed as output.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Mapping
 
 from ..sse import SseEvent
@@ -23,6 +24,9 @@ _LIFECYCLE = Classification(FrameKind.LIFECYCLE, "chunk")
 _OUTPUT = Classification(FrameKind.OUTPUT, "chunk")
 _FINISH = Classification(FrameKind.OUTPUT, "finish")
 _UNKNOWN = Classification(FrameKind.OUTPUT, "unknown")
+
+# a finish_reason with a value (not null): the only chunks after output that matter besides errors
+_FINISH_SET = re.compile(rb'"finish_reason"\s*:\s*"')
 
 # finish reasons that report a failure instead of an end
 _FAILED_FINISH = {"error", "insufficient_system_resource"}
@@ -94,6 +98,9 @@ class ChatStream:
     @property
     def complete(self) -> bool:
         return self._done or (bool(self._choices) and self._choices <= self._finished)
+
+    def worth_a_look(self, raw: bytes) -> bool:
+        return b"error" in raw or b"[DONE]" in raw or _FINISH_SET.search(raw) is not None
 
     def classify(self, event: SseEvent) -> Classification:
         result = self._classify(event)

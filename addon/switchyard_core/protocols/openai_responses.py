@@ -159,6 +159,9 @@ class ResponsesStream:
     def complete(self) -> bool:
         return self._complete
 
+    def worth_a_look(self, raw: bytes) -> bool:
+        return b"error" in raw or b"failed" in raw or b"response.completed" in raw or b"response.incomplete" in raw or b"[DONE]" in raw
+
     def classify(self, event: SseEvent) -> Classification:
         result = self._classify(event)
         if result.kind is FrameKind.OUTPUT:
