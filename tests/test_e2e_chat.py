@@ -434,3 +434,18 @@ def test_cut_after_output_drops_an_unterminated_last_frame_before_the_error(env:
     assert result.body.startswith(wire.CHAT_ROLE + content)
     error = json.loads(result.body[len(wire.CHAT_ROLE + content):].removeprefix(b"data: "))
     assert error["error"]["code"] == "stream_cut"
+
+
+def test_the_clients_connection_stays_alive_across_streamed_answers(env: Env) -> None:
+    """The relay's own connection closes after each answer; the client's must not."""
+    env.provider.script("primary", Reply.sse(HEADLINE), Reply.sse(HEADLINE))
+    url = chat_url(env)
+    args = ["curl", "-sS", "-N", "--max-time", "20", "-x", env.mitm.proxy_url, "--noproxy", "",
+            "-H", f"Authorization: Bearer {CLIENT_SECRET}", "-w", "\\nconnects=%{num_connects}\\n",
+            "--data-binary", env.chat_body().decode(), url, "--next", "-sS", "-N", "-x", env.mitm.proxy_url,
+            "--noproxy", "", "-w", "\\nconnects=%{num_connects}\\n", "--data-binary", env.chat_body().decode(), url]
+    out = __import__("subprocess").run(args, capture_output=True, timeout=40).stdout
+    first, second = out.split(b"connects=")[0:2]
+    assert first.strip() == BACKUP_BYTES.strip()
+    assert out.count(b"connects=1") == 1 and out.count(b"connects=0") == 1  # the second reused it
+    assert second.split(b"\n", 1)[1].strip() == PRIMARY_BYTES.strip()

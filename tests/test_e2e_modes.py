@@ -147,3 +147,21 @@ routes:
         dump.stop()
         upstream_proxy.stop()
         provider.stop()
+
+
+def test_http2_client_gets_the_fallback_stream_byte_for_byte(tls: TlsSetup) -> None:
+    import subprocess
+
+    tls.provider.reset()
+    tls.provider.script("primary", Reply.sse(HEADLINE))
+    mitm_ca = Path(tls.mitm.log_path).parent / "mitmproxy-conf" / "mitmproxy-ca-cert.pem"
+    done = subprocess.run(
+        ["curl", "-sS", "-N", "--http2", "--max-time", "20", "--cacert", str(mitm_ca), "-x", tls.mitm.proxy_url,
+         "--noproxy", "", "-w", "\\nversion=%{http_version}", "-H", f"Authorization: Bearer {CLIENT_SECRET}",
+         "--data-binary", '{"model":"gpt-4o","stream":true,"messages":[]}',
+         f"https://127.0.0.1:{tls.tls_port}/primary/v1/chat/completions"],
+        capture_output=True, timeout=30,
+    )
+    body, _, version = done.stdout.rpartition(b"\nversion=")
+    assert version == b"2", done.stderr
+    assert body == b"".join(wire.chat_stream(wire.answer_text("backup")))

@@ -141,8 +141,13 @@ class Router:
         if exchange is None or flow.response is None:
             return
         self._restore(flow, exchange)
+        # the relay's connection is single-use and closes when the answer ends; the
+        # client's need not: frame the body for it as the upstream would have
+        flow.response.headers.pop("connection", None)
         if "text/event-stream" in flow.response.headers.get("content-type", "").lower():
             flow.response.stream = _DisplayCopy()
+            if flow.request.http_version.startswith("HTTP/1") and "content-length" not in flow.response.headers:
+                flow.response.headers["transfer-encoding"] = "chunked"
 
     def response(self, flow: http.HTTPFlow) -> None:
         exchange = self._live.pop(flow.id, None)

@@ -39,10 +39,14 @@ class WebSink:
         return self._response is not None
 
     async def start(self, status: int, headers: list[tuple[str, str]]) -> None:
+        """A streamed answer, delimited by closing the connection: mitmproxy opens a
+        fresh connection to the relay per flow, so nothing is lost by closing it, and
+        neither side has to frame and parse every write as an HTTP chunk."""
         response = web.StreamResponse(status=status)
         for name, value in headers:
             response.headers.add(name, value)
-        response.enable_chunked_encoding()
+        response.force_close()
+        response._length_check = False  # no chunked encoding: the body ends at close
         await response.prepare(self._request)
         self._response = response
 
@@ -52,6 +56,7 @@ class WebSink:
 
     async def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         response = web.Response(status=status, body=body)
+        response.force_close()  # relay connections are single-use: a fresh one per flow
         for name, value in headers:
             if name.lower() != "content-type":
                 response.headers.add(name, value)
