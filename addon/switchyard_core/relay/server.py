@@ -39,14 +39,13 @@ class WebSink:
         return self._response is not None
 
     async def start(self, status: int, headers: list[tuple[str, str]]) -> None:
-        """A streamed answer, delimited by closing the connection: mitmproxy opens a
-        fresh connection to the relay per flow, so nothing is lost by closing it, and
-        neither side has to frame and parse every write as an HTTP chunk."""
+        """A streamed answer, chunked.  (Delimiting it by closing the connection saves
+        the chunk framing, but measured ~3 ms slower to first byte: see the README.)"""
         response = web.StreamResponse(status=status)
         for name, value in headers:
             response.headers.add(name, value)
-        response.force_close()
-        response._length_check = False  # no chunked encoding: the body ends at close
+        response.force_close()  # relay connections are single-use: a fresh one per flow
+        response.enable_chunked_encoding()
         await response.prepare(self._request)
         self._response = response
 
