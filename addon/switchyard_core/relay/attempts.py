@@ -28,6 +28,7 @@ from ..protocols.errors import http_error_info
 from ..rules import Upstream
 from .exchange import AttemptRecord, Exchange
 from .retry import Plan, plan_after_failure, retry_after_s
+from .silence import Silence
 from .upstream import (
     Answer,
     UpstreamClient,
@@ -284,6 +285,17 @@ class AttemptLoop:
         record.phase = "staging"
         first_output_s = settings.first_output_timeout_s
         deadline = record.started + first_output_s if first_output_s else None
+        silence = Silence()
+        try:
+            return await self._stream_frames(answer, attempt, gate, silence, deadline)
+        finally:
+            silence.close()
+
+    async def _stream_frames(self, answer: Answer, attempt: _Try, gate: Gate, silence: Silence,
+                             deadline: float | None) -> _Failed | None:
+        settings = self.settings
+        record = attempt.record
+        first_output_s = settings.first_output_timeout_s
         while True:
             # silence is bounded by idle_timeout_s before output too: a provider that
             # goes quiet behind our keepalive comments must not hold the client forever
@@ -291,9 +303,9 @@ class AttemptLoop:
             if not gate.committed and deadline is not None:
                 left = max(0.0, deadline - time.monotonic())
                 wait = left if wait is None else min(wait, left)
+            silence.expect_by(wait)
             try:
-                async with asyncio.timeout(wait):
-                    chunk, error = await answer.read_some()
+                chunk, error = await silence.wait(answer.read_some())
             except TimeoutError:
                 if gate.committed:
                     await self._end_cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output", "stream_stalled")
