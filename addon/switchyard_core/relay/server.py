@@ -39,12 +39,11 @@ class WebSink:
         return self._response is not None
 
     async def start(self, status: int, headers: list[tuple[str, str]]) -> None:
-        """A streamed answer, chunked.  (Delimiting it by closing the connection saves
-        the chunk framing, but measured ~3 ms slower to first byte: see the README.)"""
+        """A streamed answer, chunked.  (Delimiting it by closing the connection, or
+        announcing `Connection: close`, measured ~3 ms slower to first byte.)"""
         response = web.StreamResponse(status=status)
         for name, value in headers:
             response.headers.add(name, value)
-        response.force_close()  # relay connections are single-use: a fresh one per flow
         response.enable_chunked_encoding()
         await response.prepare(self._request)
         self._response = response
@@ -105,7 +104,8 @@ class Relay:
     async def start(self) -> None:
         if self._runner is not None:
             return
-        server = web.Server(self._handle, handler_cancellation=True, access_log=None)
+        # mitmproxy opens a fresh relay connection per flow; idle ones go after 5 s
+        server = web.Server(self._handle, handler_cancellation=True, access_log=None, keepalive_timeout=5)
         self._runner = web.ServerRunner(server, handle_signals=False, access_log=None)
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, "127.0.0.1", 0)
