@@ -449,3 +449,25 @@ def test_the_clients_connection_stays_alive_across_streamed_answers(env: Env) ->
     assert first.strip() == BACKUP_BYTES.strip()
     assert out.count(b"connects=1") == 1 and out.count(b"connects=0") == 1  # the second reused it
     assert second.split(b"\n", 1)[1].strip() == PRIMARY_BYTES.strip()
+
+
+# --- malformed upstream frames ------------------------------------------------------------
+
+
+def test_malformed_frames_before_output_fail_closed_and_reach_the_client_intact(env: Env) -> None:
+    garbage = b"data: \xff\xfe\x00 not json {\n\n"
+    sent = [wire.CHAT_ROLE, garbage, wire.chat_chunk({"content": "after"}), wire.CHAT_DONE]
+    env.provider.script("primary", Reply.sse(*sent))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body == b"".join(sent)  # unknown counts as output: committed, never replayed
+    assert [c.upstream for c in env.provider.calls] == ["primary"]
+
+
+def test_malformed_frames_after_output_pass_through_and_the_proxy_stays_healthy(env: Env) -> None:
+    sent = [wire.CHAT_ROLE, wire.chat_chunk({"content": "ok"}), b'data: {"error": [1, 2\n\n', b"\x00" * 64 + b"\n\n",
+            b"data: " + b"[" * 5000 + b"\n\n", wire.chat_chunk({}, "stop"), wire.CHAT_DONE]
+    env.provider.script("primary", Reply.sse(*sent))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body == b"".join(sent)
+    assert "Traceback" not in env.mitm.log()
+    assert env.curl(chat_url(env), env.chat_body()).body == PRIMARY_BYTES

@@ -132,3 +132,23 @@ def test_any_chunking_gives_the_same_outcome(words: list[str], fail_first: str |
         assert out == answer and not failures  # byte-identical passthrough, whatever the chunking
     else:
         assert out == b"" and len(failures) == 1  # nothing of a failed attempt reaches the client
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    api=st.sampled_from(sorted(APIS)),
+    data=st.one_of(
+        st.binary(max_size=2000),
+        st.lists(st.sampled_from([b"data: ", b"event: error\n", b"{", b"}", b'"error"', b"[DONE]", b"\n", b"\r\n",
+                                  b"\x00", b"\xff\xfe", b'{"choices":[{"delta":{"content":1}}]}', b'"type":"error"',
+                                  b"[" * 50, b":", b"data:{\"error\":{\"code\":\"503\"}}\n\n"]), max_size=60).map(b"".join),
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=8),
+)
+def test_any_bytes_from_an_upstream_never_raise_and_lose_nothing_once_committed(api: str, data: bytes, cuts: list[int]) -> None:
+    g = Gate(APIS[api].stream_classifier(), staging_limit=LIMIT, rewrite_capacity_codes=False)
+    out, failures = run(g, chunked(data, cuts))
+    if not failures:
+        assert out == data  # committed or passed through: byte for byte
+    else:
+        assert out == b""  # a failure before output: nothing of the attempt reached the client
