@@ -101,6 +101,8 @@ class Router:
         rules = self.keeper.rules
         if rules is None or flow.response is not None or flow.id in self._live:
             return
+        if "websocket" in flow.request.headers.get("upgrade", "").lower():
+            return  # a WebSocket handshake: mitmproxy relays its messages (WebSocketTurns), not the relay
         parsed: list[Any] = []  # the JSON body, parsed at most once, only if a route needs it
 
         def body() -> Any:
@@ -181,9 +183,12 @@ class Router:
         with another origin's URL would leak it on replay.
         """
         request = flow.request
-        request.headers.pop(TOKEN_HEADER, None)
         original = exchange.request
         answered = exchange.answered_url or original.url
+        if exchange.shown_url == answered:
+            return  # already shown (responseheaders, then response)
+        exchange.shown_url = answered
+        request.headers.pop(TOKEN_HEADER, None)
         if is_cross_origin(answered, original.url):
             record = next((r for r in reversed(exchange.attempts) if r.url == answered), None)
             shown = record.shown_request_headers() if record else []

@@ -99,6 +99,7 @@ class AttemptLoop:
         self.sink = sink
         self._secrets = _secrets_of(exchange)
         self._keepalive: asyncio.Task[None] | None = None
+        self._keepalive_due: asyncio.TimerHandle | None = None
         self._last_answered: _Answered | None = None
         self._tail = b""  # the last bytes written to the client
 
@@ -106,7 +107,10 @@ class AttemptLoop:
 
     async def run(self) -> None:
         if self.exchange.request.wants_stream and self.settings.pre_answer_keepalive_s > 0:
-            self._keepalive = asyncio.create_task(self._send_keepalives())
+            # a timer, not a task: most answers start long before the first keepalive is due
+            self._keepalive_due = asyncio.get_running_loop().call_later(
+                self.settings.pre_answer_keepalive_s, self._start_keepalives
+            )
         try:
             await self._run()
         finally:
@@ -474,15 +478,22 @@ class AttemptLoop:
 
     # --- keepalive ------------------------------------------------------------------
 
+    def _start_keepalives(self) -> None:
+        self._keepalive_due = None
+        self._keepalive = asyncio.create_task(self._send_keepalives())
+
     async def _send_keepalives(self) -> None:
         interval = self.settings.pre_answer_keepalive_s
         while True:
-            await asyncio.sleep(interval)
             if not self.sink.headers_sent:
                 await self.sink.start(200, [*SSE_HEADERS, ("x-switchyard-upstream", "pending"), ("x-switchyard-attempts", "pending")])
             await self._write(KEEPALIVE_FRAME)
+            await asyncio.sleep(interval)
 
     async def _stop_keepalive(self) -> None:
+        if self._keepalive_due is not None:
+            self._keepalive_due.cancel()
+            self._keepalive_due = None
         task, self._keepalive = self._keepalive, None
         if task is None:
             return

@@ -78,6 +78,7 @@ class Exchange:
     answered_by: str | None = None  # upstream name whose answer the client got
     answered_url: str | None = None
     suppressed_failover: bool = False
+    shown_url: str | None = None  # the URL the flow was last restored to, for display
     faults: "FaultPlan | None" = None
     # committed | gave_up | exhausted | stream_cut | stream_stalled | client_gone | internal_error
     outcome: str = "pending"
