@@ -85,6 +85,12 @@ routes:
     upstreams:
       - {{name: dead, url: "http://127.0.0.1:{dead}/dead/v1/chat/completions", retries: 0}}
       - {{name: backup, url: "http://127.0.0.1:{p2}/backup/v1/chat/completions"}}
+  - name: chat-patient             # a long backoff, to leave during it
+    match: {{path: /patient/v1/chat/completions}}
+    backoff_ms: 1500
+    max_backoff_ms: 3000
+    upstreams:
+      - {{name: patient, url: original, retries: 3}}
   - name: chat-dead-last
     match: {{path: /deadlast/v1/chat/completions}}
     upstreams:

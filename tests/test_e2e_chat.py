@@ -471,3 +471,46 @@ def test_malformed_frames_after_output_pass_through_and_the_proxy_stays_healthy(
     assert result.body == b"".join(sent)
     assert "Traceback" not in env.mitm.log()
     assert env.curl(chat_url(env), env.chat_body()).body == PRIMARY_BYTES
+
+
+# --- the client leaving in each phase ---------------------------------------------------
+
+
+def wait_until(predicate, timeout_s: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_client_leaving_after_output_cancels_the_upstream(env: Env) -> None:
+    mark = env.mitm.log_mark()
+    env.provider.script("primary", Reply.sse(wire.CHAT_ROLE, wire.chat_chunk({"content": "partial"}), 30.0, wire.CHAT_DONE))
+    gone = env.curl(chat_url(env), env.chat_body(), max_time=1)
+    assert gone.returncode == 28
+    assert gone.body == wire.CHAT_ROLE + wire.chat_chunk({"content": "partial"})
+    assert wait_until(lambda: env.provider.cancelled == 1)
+    env.mitm.wait_for_log("switchyard.client_gone route=chat attempts=1", mark)
+    assert env.curl(chat_url(env), env.chat_body()).body == PRIMARY_BYTES
+
+
+def test_client_leaving_during_backoff_stops_the_retries(env: Env) -> None:
+    mark = env.mitm.log_mark()
+    env.provider.script("patient", *[Reply.sse(HEADLINE)] * 4)
+    gone = env.curl(chat_url(env, "patient"), env.chat_body(), max_time=0.6)  # backoff is >= 1.1 s
+    assert gone.returncode == 28 and gone.body == b""
+    env.mitm.wait_for_log("switchyard.client_gone route=chat-patient attempts=1", mark)
+    time.sleep(2.5)  # past when the retry would have gone out
+    assert [c.upstream for c in env.provider.calls] == ["patient"]
+
+
+def test_persistent_429_without_retry_after_is_bounded_and_backs_off(env: Env) -> None:
+    mark = env.mitm.log_mark()
+    env.provider.script("solo", *[Reply.json(429, {"error": {"message": "rate limited", "type": "rate_limit_error"}})] * 5)
+    result = env.curl(chat_url(env, "solo"), env.chat_body())
+    assert result.status == 429
+    assert [c.upstream for c in env.provider.calls] == ["solo", "solo"]  # retries: 1, then the last failure as sent
+    log = env.mitm.wait_for_log("upstream=solo attempt=2", mark)
+    first = next(line for line in log.splitlines() if "upstream=solo attempt=1" in line)
+    assert "decision=retry delay_s=" in first  # a jittered wait, not a tight loop
+    assert float(first.split("delay_s=")[1].split()[0]) > 0
