@@ -152,3 +152,15 @@ def test_any_bytes_from_an_upstream_never_raise_and_lose_nothing_once_committed(
         assert out == data  # committed or passed through: byte for byte
     else:
         assert out == b""  # a failure before output: nothing of the attempt reached the client
+
+
+def test_deeply_nested_json_and_giant_frames_never_raise() -> None:
+    deep = b"data: " + b"[" * 200_000 + b"]" * 200_000 + b"\n\n"
+    for api in sorted(APIS):
+        g = gate(api)
+        step = g.feed(deep)  # undecodable as JSON (too deep): unknown, so output
+        assert step.committed and step.emit == deep
+        g = gate(api, limit=1024)
+        giant = b'data: {"type":"x","pad":"' + b"y" * 100_000 + b'"}\n\n'
+        out, failures = run(g, [wire.CHAT_ROLE, giant])
+        assert out == wire.CHAT_ROLE + giant and not failures
