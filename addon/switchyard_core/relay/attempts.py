@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 import aiohttp
 
@@ -26,6 +25,8 @@ from ..gate import Gate, GateStep
 from ..protocols import APIS, Api, Decision, ErrorInfo, ErrorPolicy
 from ..protocols.errors import http_error_info
 from ..rules import Upstream
+from .attempt_log import AttemptLog
+from .client_side import ClientSink, ClientStream
 from .exchange import AttemptRecord, Exchange
 from .retry import Plan, plan_after_failure, retry_after_s
 from .silence import Silence
@@ -38,26 +39,11 @@ from .upstream import (
     read_bounded,
     request_id,
     secret_header_names,
+    transport_failure,
 )
 
 ERROR_BODY_LIMIT = 1024 * 1024
 WHOLE_BODY_MIN_LIMIT = 64 * 1024 * 1024  # non-streaming answers are held whole up to max(this, staging_limit)
-FRAME_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
-SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache")]
-KEEPALIVE_FRAME = b": switchyard keepalive\n\n"
-
-
-class ClientSink(Protocol):
-    """Where the client's response goes (the relay's HTTP response)."""
-
-    @property
-    def headers_sent(self) -> bool: ...
-
-    async def start(self, status: int, headers: list[tuple[str, str]]) -> None: ...
-
-    async def write(self, data: bytes) -> None: ...
-
-    async def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None: ...
 
 
 @dataclass(slots=True)
@@ -96,25 +82,19 @@ class AttemptLoop:
         self.api: Api = APIS[exchange.route.api]
         self.policy = ErrorPolicy(self.settings.retry_on)
         self.http = http
-        self.sink = sink
-        self._secrets = _secrets_of(exchange)
-        self._keepalive: asyncio.Task[None] | None = None
-        self._keepalive_due: asyncio.TimerHandle | None = None
+        self.client = ClientStream(sink, self.api)
+        self.log = AttemptLog(exchange, self.api.name)
         self._last_answered: _Answered | None = None
-        self._tail = b""  # the last bytes written to the client
 
     # --- the loop -------------------------------------------------------------------
 
     async def run(self) -> None:
         if self.exchange.request.wants_stream and self.settings.pre_answer_keepalive_s > 0:
-            # a timer, not a task: most answers start long before the first keepalive is due
-            self._keepalive_due = asyncio.get_running_loop().call_later(
-                self.settings.pre_answer_keepalive_s, self._start_keepalives
-            )
+            self.client.keep_alive(self.settings.pre_answer_keepalive_s)
         try:
             await self._run()
         finally:
-            await self._stop_keepalive()
+            await self.client.stop_keepalive()
 
     async def _run(self) -> None:
         upstreams = self.route.upstreams
@@ -149,6 +129,7 @@ class AttemptLoop:
             secret_headers=secret_header_names(upstream),
         )
         self.exchange.attempts.append(record)
+        self.client.attempts = len(self.exchange.attempts)
         attempt = _Try(upstream, tries, has_next, record)
         settings = self.settings
         if self.exchange.request.wants_stream:
@@ -172,7 +153,7 @@ class AttemptLoop:
                              retryable_hint=True)
             return self._fail(attempt, info, timed_out=True)
         except (aiohttp.ClientError, OSError) as exc:
-            return self._fail(attempt, _transport_info(exc))
+            return self._fail(attempt, transport_failure(exc))
 
         fault = self.exchange.faults.pick(self.route.name, upstream.name) if self.exchange.faults else None
         if fault is not None:
@@ -209,9 +190,11 @@ class AttemptLoop:
         )
         failed = _Failed(info, decision, plan, timed_out)
         record = attempt.record
-        record.status, record.code, record.message = info.status, info.code or info.type, self._redact(info.message)
+        record.status, record.code, record.message = info.status, info.code or info.type, self.log.redact(info.message)
         record.event_type = info.event_type
-        self._log_failed(record, failed)
+        outcome = "fatal" if decision is Decision.FATAL else _OUTCOMES[plan.action]
+        record.finish(outcome)
+        self.log.failed(record, info, outcome, plan.delay_s if plan.action == "retry" else None)
         return failed
 
     async def _http_failure(self, answer: Answer, attempt: _Try) -> _Failed | None:
@@ -240,7 +223,7 @@ class AttemptLoop:
                                  event_type="timeout", retryable_hint=True)
                 return self._fail(attempt, info, timed_out=True)
             if error is not None:
-                return self._fail(attempt, _transport_info(error))
+                return self._fail(attempt, transport_failure(error))
             if not chunk:
                 break
             chunks.append(chunk)
@@ -248,9 +231,9 @@ class AttemptLoop:
             if size > limit:
                 # too large to hold and check: commit and pass the rest through
                 self._commit(attempt, "body_limit")
-                await self._stop_keepalive()
-                await self._start(answer.status, client_headers(answer.headers), attempt.upstream.name)
-                await self.sink.write(b"".join(chunks))
+                await self.client.stop_keepalive()
+                await self.client.start(answer.status, client_headers(answer.headers), attempt.upstream.name)
+                await self.client.write(b"".join(chunks))
                 await self._pass_rest(answer)
                 return None
         body = b"".join(chunks)
@@ -268,14 +251,14 @@ class AttemptLoop:
                 return None
             return failed
         self._commit(attempt, "body")
-        await self._stop_keepalive()
-        if self.sink.headers_sent:
+        await self.client.stop_keepalive()
+        if self.client.headers_sent:
             # keepalive already promised a stream, and this is no stream: say so in-band
-            await self._announce(attempt)
-            await self._write(self.api.error_event("switchyard: the upstream answered a streaming request "
-                                                   "with a non-streaming body", "non_streaming_answer"))
+            await self.client.announce(attempt.upstream.name)
+            await self.client.error_event("switchyard: the upstream answered a streaming request "
+                                          "with a non-streaming body", "non_streaming_answer")
         else:
-            await self.sink.send_whole(answer.status, self._with_ours(client_headers(answer.headers), attempt.upstream.name), body)
+            await self.client.send_whole(answer.status, client_headers(answer.headers), body, attempt.upstream.name)
         return None
 
     async def _stream(self, answer: Answer, attempt: _Try) -> _Failed | None:
@@ -333,7 +316,7 @@ class AttemptLoop:
                     return outcome  # type: ignore[return-value]
             if error is not None:
                 if not gate.committed:
-                    return self._fail(attempt, _transport_info(error))
+                    return self._fail(attempt, transport_failure(error))
                 if not gate.complete:
                     await self._end_cut(record, "upstream connection broke after output", "stream_cut")
                 return None
@@ -352,23 +335,24 @@ class AttemptLoop:
             answered = self._keep(attempt, answer, gate.held())
             attempt.record.phase = "forwarded"
             self._answered(answered)
-            await self._stop_keepalive()
-            if not self.sink.headers_sent:
-                await self._start(answer.status, answered.headers, attempt.upstream.name)
-            await self._write(gate.pass_through())
+            await self.client.stop_keepalive()
+            if not self.client.headers_sent:
+                await self.client.start(answer.status, answered.headers, attempt.upstream.name)
+            await self.client.write(gate.pass_through())
             await self._pass_rest(answer)
             return None
         if step.committed:
             self._commit(attempt, step.first_event or "output")
-            await self._stop_keepalive()
-            if self.sink.headers_sent:
-                await self._announce(attempt)
+            await self.client.stop_keepalive()
+            if self.client.headers_sent:
+                await self.client.announce(attempt.upstream.name)
             else:
-                await self._start(answer.status, client_headers(answer.headers), attempt.upstream.name)
+                await self.client.start(answer.status, client_headers(answer.headers), attempt.upstream.name)
         for failure in step.failures_after_output:
-            self._log_suppressed(attempt.record, failure.error, failure.event_type)
+            self.exchange.suppressed_failover = True
+            self.log.suppressed(attempt.record, failure.error, failure.event_type)
         if step.emit:
-            await self._write(step.emit)
+            await self.client.write(step.emit)
         return _CONTINUE
 
     async def _pass_rest(self, answer: Answer) -> None:
@@ -379,29 +363,9 @@ class AttemptLoop:
             except TimeoutError:
                 return
             if chunk:
-                await self._write(chunk)
+                await self.client.write(chunk)
             if error is not None or not chunk:
                 return
-
-    # --- writing to the client ------------------------------------------------------
-
-    async def _start(self, status: int, headers: list[tuple[str, str]], upstream: str) -> None:
-        await self.sink.start(status, self._with_ours(headers, upstream))
-
-    async def _write(self, data: bytes) -> None:
-        await self.sink.write(data)
-        self._tail = data[-4:]
-
-    async def _announce(self, attempt: _Try) -> None:
-        """Headers left before the winner was known: name it in a comment."""
-        upstream = attempt.upstream.name
-        await self._write(f": switchyard upstream={upstream} attempts={len(self.exchange.attempts)}\n\n".encode())
-
-    async def _write_error_event(self, message: str, code: str) -> None:
-        frame = self.api.error_event(message, code)
-        if self._tail and not self._tail.endswith(FRAME_ENDS):
-            frame = b"\n\n" + frame  # never run into a frame the upstream left open
-        await self._write(frame)
 
     # --- endings --------------------------------------------------------------------
 
@@ -425,159 +389,50 @@ class AttemptLoop:
         self.exchange.answered_by = attempt.upstream.name
         self.exchange.answered_url = record.url
         self.exchange.outcome = "committed"
-        fields = self._fields(record)
-        if len(self.exchange.attempts) > 1:
-            observe.emit(logging.INFO, "switchyard.fallback_answered", **fields, first_event=first_event)
-        else:
-            observe.emit(logging.DEBUG, "switchyard.committed", **fields, first_event=first_event)
+        self.log.committed(record, first_event)
 
     async def _end_cut(self, record: AttemptRecord, message: str, code: str) -> None:
         """A stream that broke after output must not look like a clean end."""
         self.exchange.outcome = code
-        observe.emit(logging.WARNING, "switchyard.stream_cut_after_output", **self._fields(record), code=code, message=message)
-        await self._write_error_event(f"switchyard: {message}", code)
+        self.log.cut(record, code, message)
+        await self.client.error_event(f"switchyard: {message}", code)
 
     async def _forward_answered(self, answered: _Answered, info: ErrorInfo) -> None:
         self._answered(answered)
-        await self._stop_keepalive()
-        if self.sink.headers_sent:
+        await self.client.stop_keepalive()
+        if self.client.headers_sent:
             code = info.code or info.type or "upstream_error"
-            await self._write_error_event(info.message or "upstream failed", code)
+            await self.client.error_event(info.message or "upstream failed", code)
         else:
-            headers = self._with_ours(answered.headers, answered.record.upstream)
-            await self.sink.send_whole(answered.status, headers, answered.body)
+            await self.client.send_whole(answered.status, answered.headers, answered.body, answered.record.upstream)
 
     async def _exhausted(self, last: _Failed) -> None:
         """Nothing left to try and no upstream response open to forward."""
         self.exchange.outcome = "exhausted"
-        await self._stop_keepalive()
-        observe.emit(logging.WARNING, "switchyard.exhausted", route=self.route.name,
-                     attempts=len(self.exchange.attempts), message=self._redact(last.info.message))
+        await self.client.stop_keepalive()
+        self.log.exhausted(last.info.message)
         code = "upstream_timeout" if last.timed_out else "upstream_unavailable"
-        if self.sink.headers_sent:
-            await self._write_error_event(f"switchyard: every upstream failed; last: {last.info.message}", code)
+        if self.client.headers_sent:
+            await self.client.error_event(f"switchyard: every upstream failed; last: {last.info.message}", code)
         elif self._last_answered is not None:
             answered = self._last_answered
             self._answered(answered)
             self.exchange.outcome = "exhausted"
-            await self.sink.send_whole(answered.status, self._with_ours(answered.headers, answered.record.upstream), answered.body)
+            await self.client.send_whole(answered.status, answered.headers, answered.body, answered.record.upstream)
         else:
-            body = self.api.error_body(f"switchyard: no upstream answered; last: {last.info.message}", code)
-            status = 504 if last.timed_out else 502
-            headers = self._with_ours([("Content-Type", "application/json")], self.exchange.attempts[-1].upstream)
-            await self.sink.send_whole(status, headers, body)
+            message = f"switchyard: no upstream answered; last: {last.info.message}"
+            await self.client.send_error(504 if last.timed_out else 502, message, code, self.exchange.attempts[-1].upstream)
 
     async def fail_internally(self, what: str) -> None:
         message = f"switchyard: internal error ({what}); see the mitmproxy log"
-        if self.sink.headers_sent:
-            await self._write_error_event(message, "switchyard_internal_error")
+        if self.client.headers_sent:
+            await self.client.error_event(message, "switchyard_internal_error")
         else:
-            body = self.api.error_body(message, "switchyard_internal_error")
             upstream = self.exchange.attempts[-1].upstream if self.exchange.attempts else "none"
-            await self.sink.send_whole(502, self._with_ours([("Content-Type", "application/json")], upstream), body)
-
-    # --- keepalive ------------------------------------------------------------------
-
-    def _start_keepalives(self) -> None:
-        self._keepalive_due = None
-        self._keepalive = asyncio.create_task(self._send_keepalives())
-
-    async def _send_keepalives(self) -> None:
-        interval = self.settings.pre_answer_keepalive_s
-        while True:
-            if not self.sink.headers_sent:
-                await self.sink.start(200, [*SSE_HEADERS, ("x-switchyard-upstream", "pending"), ("x-switchyard-attempts", "pending")])
-            await self._write(KEEPALIVE_FRAME)
-            await asyncio.sleep(interval)
-
-    async def _stop_keepalive(self) -> None:
-        if self._keepalive_due is not None:
-            self._keepalive_due.cancel()
-            self._keepalive_due = None
-        task, self._keepalive = self._keepalive, None
-        if task is None:
-            return
-        if task.done():
-            if not task.cancelled() and task.exception() is not None:
-                logging.getLogger("switchyard").debug("switchyard.keepalive_failed %r", task.exception())
-            return
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # we are being cancelled ourselves, not just the keepalive
-        except Exception:  # a write failed: the client is gone, the handler will be cancelled
-            pass
-
-    # --- helpers --------------------------------------------------------------------
-
-    def _with_ours(self, headers: list[tuple[str, str]], upstream: str) -> list[tuple[str, str]]:
-        return [*headers, ("x-switchyard-upstream", upstream), ("x-switchyard-attempts", str(len(self.exchange.attempts)))]
-
-    def _fields(self, record: AttemptRecord) -> dict[str, object]:
-        return {"route": self.route.name, "upstream": record.upstream, "attempt": record.attempt, "request_id": record.request_id}
-
-    def _log_failed(self, record: AttemptRecord, failed: _Failed) -> None:
-        outcome = {"retry": "retry", "next": "next_upstream", "give_up": "give_up"}[failed.plan.action]
-        if failed.decision is Decision.FATAL:
-            outcome = "fatal"
-        record.finish(outcome)
-        info = failed.info
-        observe.emit(
-            logging.INFO if outcome in ("retry", "next_upstream") else logging.WARNING,
-            "switchyard.attempt_failed",
-            route=self.route.name,
-            upstream=record.upstream,
-            attempt=record.attempt,
-            phase=record.phase,
-            status=info.status,
-            code=info.code,
-            type=info.type,
-            event=info.event_type,
-            fault=record.fault,
-            decision=outcome,
-            delay_s=round(failed.plan.delay_s, 3) if failed.plan.action == "retry" else None,
-            message=self._redact(info.message),
-            request_id=record.request_id,
-        )
-
-    def _log_suppressed(self, record: AttemptRecord, info: ErrorInfo | None, event_type: str | None) -> None:
-        self.exchange.suppressed_failover = True
-        observe.emit(
-            logging.WARNING,
-            observe.SUPPRESSED_AFTER_OUTPUT,
-            route=self.route.name,
-            upstream=record.upstream,
-            api=self.api.name,
-            event=event_type,
-            status=info.status if info else None,
-            code=(info.code or info.type) if info else None,
-            message=self._redact(info.message) if info else None,
-            request_id=record.request_id,
-        )
-
-    def _redact(self, text: str) -> str:
-        """Upstreams sometimes echo a key in their error message; never log it."""
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
-        return text
-
+            await self.client.send_error(502, message, "switchyard_internal_error", upstream)
 
 _CONTINUE = object()
-
-
-def _secrets_of(exchange: Exchange) -> tuple[str, ...]:
-    """Credential values this exchange carries: the client's, and its upstreams' own
-    (their `auth` and any header filled in from the environment)."""
-    values = [value for name, value in exchange.request.headers if name.lower() in secret_header_names(None)]
-    for upstream in exchange.route.upstreams:
-        if upstream.auth is not None:
-            values.append(upstream.auth[1])
-        values += [value for name, value in upstream.headers if name.lower() in upstream.secret_headers]
-    found = {part for value in values for part in (value, *value.split()) if len(part) >= 8}
-    return tuple(sorted(found, key=len, reverse=True))
+_OUTCOMES = {"retry": "retry", "next": "next_upstream", "give_up": "give_up"}
 
 
 def _loop_time(deadline: float | None) -> float | None:
@@ -585,19 +440,3 @@ def _loop_time(deadline: float | None) -> float | None:
     if deadline is None:
         return None
     return asyncio.get_running_loop().time() + (deadline - time.monotonic())
-
-
-def _transport_info(exc: BaseException) -> ErrorInfo:
-    """A transport failure, described without anything from the request."""
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        what = "name does not resolve"
-    elif isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
-        what = "TLS handshake failed"
-    elif isinstance(exc, aiohttp.ClientConnectorError):
-        what = "connection refused or unreachable"
-    elif isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | ConnectionResetError):
-        what = "connection reset"
-    else:
-        what = type(exc).__name__
-    # retryable in its own right (DESIGN §3), whatever the route's retry_on says
-    return ErrorInfo(status=502, message=what, event_type="transport", retryable_hint=True)

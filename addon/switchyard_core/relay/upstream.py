@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit, parse_qsl, urlencode
 import aiohttp
 import certifi
 
+from ..protocols.base import ErrorInfo
 from ..rules import Upstream
 from .exchange import OriginalRequest
 
@@ -317,3 +318,20 @@ class UpstreamClient:
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None
+
+
+def transport_failure(exc: BaseException) -> ErrorInfo:
+    """A transport failure, described without anything from the request.
+
+    Retryable in its own right (DESIGN §3), whatever the route's `retry_on` says."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        what = "name does not resolve"
+    elif isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
+        what = "TLS handshake failed"
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        what = "connection refused or unreachable"
+    elif isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | ConnectionResetError):
+        what = "connection reset"
+    else:
+        what = type(exc).__name__
+    return ErrorInfo(status=502, message=what, event_type="transport", retryable_hint=True)

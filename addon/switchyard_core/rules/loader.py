@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from ..protocols import api_for_path
 from ..protocols.errors import DEFAULT_RETRY_ON
-from .schema import FaultSpec, RouteSpec, RulesFile, Settings, UpstreamSpec
+from .schema import FaultSpec, RulesFile, Settings, UpstreamSpec
 
 SHIPPED_RULES = Path(__file__).resolve().parents[3] / "rules.yaml"
 

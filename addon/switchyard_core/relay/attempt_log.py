@@ -1,0 +1,91 @@
+"""The log lines of one exchange's attempts, with its secrets redacted.
+
+Only facts chosen here are logged (route, upstream, attempt, phase, status,
+code, type, event, decision, message, request id).  A provider's error message
+can echo a key; every credential value the exchange carries is replaced by
+`[redacted]` before it is logged or recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .. import observe
+from ..protocols import ErrorInfo
+from .exchange import AttemptRecord, Exchange
+from .upstream import secret_header_names
+
+
+class AttemptLog:
+    def __init__(self, exchange: Exchange, api: str) -> None:
+        self.exchange = exchange
+        self.route = exchange.route.name
+        self.api = api
+        self._secrets = _secrets_of(exchange)
+
+    def redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
+    def fields(self, record: AttemptRecord) -> dict[str, object]:
+        return {"route": self.route, "upstream": record.upstream, "attempt": record.attempt, "request_id": record.request_id}
+
+    def failed(self, record: AttemptRecord, info: ErrorInfo, decision: str, delay_s: float | None) -> None:
+        observe.emit(
+            logging.INFO if decision in ("retry", "next_upstream") else logging.WARNING,
+            "switchyard.attempt_failed",
+            route=self.route,
+            upstream=record.upstream,
+            attempt=record.attempt,
+            phase=record.phase,
+            status=info.status,
+            code=info.code,
+            type=info.type,
+            event=info.event_type,
+            fault=record.fault,
+            decision=decision,
+            delay_s=round(delay_s, 3) if delay_s is not None else None,
+            message=self.redact(info.message),
+            request_id=record.request_id,
+        )
+
+    def committed(self, record: AttemptRecord, first_event: str) -> None:
+        if len(self.exchange.attempts) > 1:
+            observe.emit(logging.INFO, "switchyard.fallback_answered", **self.fields(record), first_event=first_event)
+        else:
+            observe.emit(logging.DEBUG, "switchyard.committed", **self.fields(record), first_event=first_event)
+
+    def suppressed(self, record: AttemptRecord, info: ErrorInfo | None, event_type: str | None) -> None:
+        """A failure after output: forwarded, never replayed."""
+        observe.emit(
+            logging.WARNING,
+            observe.SUPPRESSED_AFTER_OUTPUT,
+            route=self.route,
+            upstream=record.upstream,
+            api=self.api,
+            event=event_type,
+            status=info.status if info else None,
+            code=(info.code or info.type) if info else None,
+            message=self.redact(info.message) if info else None,
+            request_id=record.request_id,
+        )
+
+    def cut(self, record: AttemptRecord, code: str, message: str) -> None:
+        observe.emit(logging.WARNING, "switchyard.stream_cut_after_output", **self.fields(record), code=code, message=message)
+
+    def exhausted(self, message: str) -> None:
+        observe.emit(logging.WARNING, "switchyard.exhausted", route=self.route,
+                     attempts=len(self.exchange.attempts), message=self.redact(message))
+
+
+def _secrets_of(exchange: Exchange) -> tuple[str, ...]:
+    """Credential values this exchange carries: the client's, and its upstreams' own
+    (their `auth` and any header filled in from the environment)."""
+    values = [value for name, value in exchange.request.headers if name.lower() in secret_header_names(None)]
+    for upstream in exchange.route.upstreams:
+        if upstream.auth is not None:
+            values.append(upstream.auth[1])
+        values += [value for name, value in upstream.headers if name.lower() in upstream.secret_headers]
+    found = {part for value in values for part in (value, *value.split()) if len(part) >= 8}
+    return tuple(sorted(found, key=len, reverse=True))
