@@ -65,6 +65,29 @@ high concurrency on a small machine the single-threaded proxy saturates; then
 frames coalesce per read and CPU per stream falls, so compare CPU ratios at a
 concurrency where the proxy still idles between tokens (c=1).
 
+Staging memory (`--staging-streams N`, default 1000, 200 with --quick, 0 to skip):
+after the measured rounds, once per proxy (plain, then switchyard), N streaming
+requests are opened at once.  Their answer (the request body carries
+"bench_hold_ms", "bench_hold_group", "bench_hold_n" and "bench_hold_wait_ms"
+fields the upstream reads) is the role frame and three lifecycle-only frames
+(an Azure prompt-filter chunk, two chunks with empty deltas) at once — which
+Switchyard holds in staging, since nothing in them is output — then nothing
+until all N requests of the group have reached the upstream (a barrier, bounded
+by bench_hold_wait_ms) and a further `--staging-hold-s` (default 3 s) have
+passed; then the content frames (min(--tokens, 20), paced --gap-ms),
+finish, usage and [DONE].  The proxy's RSS is sampled every 50 ms from just
+before the first request until the last answer is complete; reported: RSS
+before, peak while all N were held (the upstream says when the barrier opened
+and when it released), peak over the whole phase (the sampled peak, or VmHWM if
+it rose during the phase and is higher), and peak minus before.  The
+target (issue 6) is that switchyard's peak minus before exceeds plain
+mitmdump's by under 300 MB.  Every client must get its complete answer (exact
+byte count, [DONE]); for switchyard, also no data frame before the release
+(else it did not hold the stream) — plain passes the role frame straight
+through, which the table shows as a check that the hold is real.  The soft
+RLIMIT_NOFILE is raised to the hard limit in this process (the children
+inherit it) and in the upstream; the proxy needs about 3N descriptors.
+
 `--profile DIR` records both proxies with py-spy during the measured rounds
 (pip install py-spy into the venv; it is not a project dependency).
 
@@ -117,6 +140,10 @@ REQUEST_HEADERS = {
 CONTENT_MARK = b'"delta":{"content":"'  # a content frame; the role frame has "role" first
 ERROR_MARK = b'"error":'
 DONE = b"data: [DONE]\n\n"
+HOLD_FIELD = "bench_hold_ms"  # in a request body: the staging-phase answer (see the module docstring)
+STAGING_TOKENS_MAX = 20
+STAGING_TARGET_MB = 300.0  # issue 6: switchyard's staging peak at most this much beyond plain mitmdump's
+STAGING_HOLD_MAX_S = 10.0  # below Switchyard's default pre_answer_keepalive_s (15 s)
 PROXY_ENV_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy")
 
 # --------------------------------------------------------------------------------------
@@ -171,6 +198,48 @@ def answer_frames(upstream: str, tokens: int) -> list[bytes]:
     return frames
 
 
+def lifecycle_frames(upstream: str) -> list[bytes]:
+    """Chat Completions frames that carry no output: Switchyard holds them (with the role frame) in staging."""
+    cid = f"chatcmpl-bench-{upstream}"
+    return [
+        _data(
+            {
+                "id": "",
+                "object": "",
+                "created": 0,
+                "model": "",
+                "choices": [],
+                "prompt_filter_results": [
+                    {"prompt_index": 0, "content_filter_results": {"hate": {"filtered": False, "severity": "safe"}}}
+                ],
+            }
+        ),
+        _chunk(cid, {}),
+        _chunk(cid, {"refusal": None}),
+    ]
+
+
+def hold_answer_frames(upstream: str, tokens: int) -> tuple[list[bytes], list[bytes]]:
+    """(sent at once: role + lifecycle frames, sent after the hold: content, finish, usage, [DONE])."""
+    frames = answer_frames(upstream, tokens)
+    return [frames[0], *lifecycle_frames(upstream)], frames[1:]
+
+
+def raise_nofile_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; return (soft, hard) afterwards."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft < hard:
+        want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            pass
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft, hard
+
+
 FAIL_FRAME = _data(
     {
         "id": "chatcmpl-bench-fail",
@@ -191,11 +260,72 @@ async def _serve(tokens: int, gap_s: float, max_lifetime_s: float) -> None:
     from aiohttp import web
 
     parent = os.getppid()
+    raise_nofile_limit()
     cache: dict[tuple[str, int], list[bytes]] = {}
+    hold_cache: dict[tuple[str, int], tuple[list[bytes], list[bytes]]] = {}
+    groups: dict[str, dict[str, Any]] = {}  # staging phase: one barrier per group of held requests
+
+    def group_of(name: str, n: int, wait_s: float) -> dict[str, Any]:
+        group = groups.get(name)
+        if group is None:
+            now = time.monotonic()
+            group = groups[name] = {"n": n, "arrived": 0, "first_at": now, "deadline": now + wait_s,
+                                    "all_at": None, "release_at": None, "timed_out": False, "done": 0,
+                                    "all": asyncio.Event()}
+        return group
+
+    async def hold(request: web.Request, upstream: str, spec: dict[str, Any]) -> web.StreamResponse:
+        hold_s = min(max(float(spec[HOLD_FIELD]) / 1000, 0.0), STAGING_HOLD_MAX_S)
+        wait_s = min(max(float(spec.get("bench_hold_wait_ms", 60000)) / 1000, 0.0), 600.0)
+        n = max(1, int(spec.get("bench_hold_n", 1)))
+        group = group_of(str(spec.get("bench_hold_group", "default")), n, wait_s)
+        key = (upstream, min(tokens, STAGING_TOKENS_MAX))
+        if key not in hold_cache:
+            hold_cache[key] = hold_answer_frames(*key)
+        first, rest = hold_cache[key]
+        response = web.StreamResponse(status=200)
+        response.content_type = "text/event-stream"
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["x-request-id"] = f"req-bench-{upstream}"
+        await response.prepare(request)
+        await response.write(b"".join(first))  # role + lifecycle frames: held in staging by Switchyard
+        group["arrived"] += 1
+        if group["arrived"] >= group["n"] and not group["all"].is_set():
+            group["all_at"] = time.monotonic()
+            group["release_at"] = group["all_at"] + hold_s
+            group["all"].set()
+        if not group["all"].is_set():
+            try:
+                await asyncio.wait_for(group["all"].wait(), max(0.0, group["deadline"] - time.monotonic()))
+            except TimeoutError:
+                if not group["all"].is_set():  # not all arrived in time: release the ones that did
+                    group["timed_out"] = True
+                    group["release_at"] = time.monotonic()
+                    group["all"].set()
+        delay = group["release_at"] - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        for frame in rest[:-2]:  # content frames and the finish frame, paced like a model
+            await asyncio.sleep(gap_s)
+            await response.write(frame)
+        await response.write(rest[-2] + rest[-1])  # usage, [DONE]
+        await response.write_eof()
+        group["done"] += 1
+        return response
+
+    async def hold_status(request: web.Request) -> web.Response:
+        group = groups.get(request.match_info["group"])
+        if group is None:
+            return web.json_response({"known": False})
+        return web.json_response({"known": True, **{k: v for k, v in group.items() if k not in ("all",)}})
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        await request.read()
+        body = await request.read()
         upstream = request.path.lstrip("/").split("/", 1)[0]
+        if HOLD_FIELD.encode() in body:
+            spec = json.loads(body)
+            if isinstance(spec, dict) and HOLD_FIELD in spec:
+                return await hold(request, upstream, spec)
         n = int(request.query.get("tokens", tokens))
         response = web.StreamResponse(status=200)
         response.content_type = "text/event-stream"
@@ -219,6 +349,7 @@ async def _serve(tokens: int, gap_s: float, max_lifetime_s: float) -> None:
         return response
 
     app = web.Application()
+    app.router.add_route("GET", "/bench/hold-status/{group}", hold_status)
     app.router.add_route("*", "/{tail:.*}", handle)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, handle_signals=False)
     await runner.setup()
@@ -801,6 +932,209 @@ class Bench:
 
 
 # --------------------------------------------------------------------------------------
+# Staging memory: N streams held at once in each proxy
+# --------------------------------------------------------------------------------------
+
+
+_SSE_COMMENT = __import__("re").compile(rb"(?m)^:[^\n]*\n\n?")
+
+
+async def staged_stream(session: Any, url: str, proxy: str, body: bytes) -> dict[str, Any]:
+    """POST one held request, read the answer to the end; times are time.monotonic() (shared with the upstream)."""
+    mono = time.monotonic
+    async with session.post(url, data=body, headers=REQUEST_HEADERS, proxy=proxy) as resp:
+        first_data = None
+        parts = []
+        async for chunk in resp.content.iter_any():
+            if first_data is None and b"data:" in chunk:  # not a keepalive comment
+                first_data = mono()
+            parts.append(chunk)
+        raw = b"".join(parts)
+        # a proxy may send SSE comments (Switchyard's pre-answer keepalive after 15 s): not part of the answer
+        answer, comments = _SSE_COMMENT.subn(b"", raw)
+        return {"status": resp.status, "answer": answer, "nbytes": len(raw), "comments": comments,
+                "first_data_at": first_data, "end_at": mono(),
+                "header_upstream": resp.headers.get("x-switchyard-upstream")}
+
+
+async def staging_phase(args: argparse.Namespace, ports: list[int], path: str, pid: int, proxy: str,
+                        progress: Any) -> dict[str, Any]:
+    """N concurrent streams through one proxy, all held (role + lifecycle frames only) for a while."""
+    import aiohttp
+
+    n = args.staging_streams
+    hold_s = args.staging_hold_s
+    wait_s = 30 + n / 50  # bound for all N to reach the upstream (the barrier)
+    stream_bound = wait_s + hold_s + 60 + STAGING_TOKENS_MAX * args.gap_ms / 1000 * 50
+    group = f"{path}-{os.getpid()}-{time.monotonic_ns()}"
+    body = json.dumps({**json.loads(REQUEST_BODY), HOLD_FIELD: round(hold_s * 1000), "bench_hold_group": group,
+                       "bench_hold_n": n, "bench_hold_wait_ms": round(wait_s * 1000)}).encode()
+    url = f"http://127.0.0.1:{ports[0]}/ok/v1/chat/completions"
+    first, rest = hold_answer_frames("ok", min(args.tokens, STAGING_TOKENS_MAX))
+    expected = b"".join(first + rest)
+
+    samples: list[tuple[float, int]] = []
+    stop = asyncio.Event()
+
+    async def sample_rss() -> None:
+        while not stop.is_set():
+            samples.append((time.monotonic(), rss_kb(pid)))
+            try:
+                await asyncio.wait_for(stop.wait(), 0.05)
+            except TimeoutError:
+                pass
+
+    results: list[dict[str, Any] | None] = [None] * n
+    errors: list[str] = []
+
+    async def one(i: int) -> None:
+        try:
+            results[i] = await asyncio.wait_for(staged_stream(session, url, proxy, body), stream_bound)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a failed stream is a result
+            errors.append(f"{type(exc).__name__}: {exc}"[:300])
+
+    timeout = aiohttp.ClientTimeout(total=stream_bound, sock_connect=30, sock_read=wait_s + hold_s + 30)
+    connector = aiohttp.TCPConnector(limit=n + 10, limit_per_host=n + 10)
+    session = aiohttp.ClientSession(trust_env=False, connector=connector, timeout=timeout, auto_decompress=False)
+    status: dict[str, Any] = {}
+    try:
+        before_kb = rss_kb(pid)
+        hwm_before_kb = _status_kb(pid, "VmHWM")
+        sampler = asyncio.create_task(sample_rss())
+        t0 = time.monotonic()
+        tasks = [asyncio.create_task(one(i)) for i in range(n)]
+        _, pending = await asyncio.wait(tasks, timeout=stream_bound + 15)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=10)
+            errors.append(f"phase timeout: {len(pending)} stream(s) still open after {stream_bound + 15:.0f} s")
+        stop.set()
+        await asyncio.wait([sampler], timeout=5)
+        wall = time.monotonic() - t0
+        hwm_after_kb = _status_kb(pid, "VmHWM")
+        async with (aiohttp.ClientSession(trust_env=False, timeout=aiohttp.ClientTimeout(total=10)) as direct,
+                    direct.get(f"http://127.0.0.1:{ports[0]}/bench/hold-status/{group}") as resp):
+            status = await resp.json()
+    finally:
+        try:
+            await asyncio.wait_for(session.close(), 10)
+        except (OSError, TimeoutError, aiohttp.ClientError):
+            pass
+
+    release_at = status.get("release_at")
+    all_at = status.get("all_at")
+    complete = early = comments = 0
+    for result in results:
+        if result is None:
+            continue
+        comments += result["comments"]
+        problem = None
+        if result["status"] != 200:
+            problem = f"status {result['status']}"
+        elif not result["answer"].endswith(DONE):
+            problem = f"no [DONE] at the end ({len(result['answer'])} bytes, wanted {len(expected)})"
+        elif result["answer"] != expected:
+            problem = f"answer differs from the upstream's ({len(result['answer'])} bytes, wanted {len(expected)})"
+        elif path == "switchyard" and result["header_upstream"] != "primary":
+            problem = f"not relayed by Switchyard (x-switchyard-upstream {result['header_upstream']!r})"
+        if release_at is not None and result["first_data_at"] is not None and result["first_data_at"] < release_at:
+            early += 1
+            if path == "switchyard" and problem is None:
+                problem = "a data frame reached the client before the release: not held in staging"
+        if problem is None:
+            complete += 1
+        else:
+            errors.append(problem)
+    arrived = status.get("arrived", 0)
+    if not status.get("known") or status.get("timed_out") or all_at is None:
+        errors.append(f"not all {n} streams were held at once: {arrived} reached the upstream within {wait_s:.0f} s")
+    held = [kb for t, kb in samples if all_at is not None and release_at is not None and all_at <= t <= release_at]
+    sampled_peak_kb = max([kb for _, kb in samples] + [before_kb])
+    # a 50 ms sampler can miss a short spike; the kernel's high-water mark cannot, if it rose in this phase
+    peak_kb = max(sampled_peak_kb, hwm_after_kb if hwm_after_kb > hwm_before_kb else 0)
+    entry = {
+        "path": path,
+        "streams": n,
+        "complete": complete,
+        "failed": n - complete,
+        "errors": sorted(set(errors))[:10],
+        "error_count": len(errors),
+        "reached_upstream": arrived,
+        "first_data_before_release": early,
+        "sse_comments_received": comments,  # e.g. Switchyard keepalives if a stream waited over 15 s
+        "hold_s": hold_s,
+        "held_all_s": None if all_at is None or release_at is None else release_at - all_at,
+        "all_reached_upstream_after_s": None if all_at is None else all_at - t0,
+        "wall_s": wall,
+        "rss_before_mb": before_kb / 1024,
+        "rss_peak_held_mb": max(held) / 1024 if held else None,
+        "rss_peak_mb": peak_kb / 1024,
+        "rss_peak_minus_before_mb": (peak_kb - before_kb) / 1024,
+        "rss_peak_sampled_mb": sampled_peak_kb / 1024,
+        "vmhwm_before_mb": hwm_before_kb / 1024,
+        "vmhwm_after_mb": hwm_after_kb / 1024,
+        "rss_samples": len(samples),
+        "rss_samples_held": len(held),
+    }
+    progress(f"staging {path:<10} n={n}: {complete} complete, {n - complete} failed; RSS {entry['rss_before_mb']:.1f} -> "
+             f"peak {entry['rss_peak_mb']:.1f} MB (+{entry['rss_peak_minus_before_mb']:.1f}); wall {wall:.1f} s")
+    return entry
+
+
+def staging_verdict(staging: dict[str, Any]) -> dict[str, Any]:
+    plain, sw = staging.get("plain"), staging.get("switchyard")
+    if not plain or not sw:
+        return {"verdict": "n/a"}
+    diff = sw["rss_peak_minus_before_mb"] - plain["rss_peak_minus_before_mb"]
+    held = [sw.get("rss_peak_held_mb"), plain.get("rss_peak_held_mb")]
+    held_diff = None if None in held else ((sw["rss_peak_held_mb"] - sw["rss_before_mb"])
+                                           - (plain["rss_peak_held_mb"] - plain["rss_before_mb"]))
+    if plain["error_count"] or sw["error_count"]:
+        verdict = "FAIL (streams failed or were not all held: the figure is not valid)"
+    else:
+        verdict = "PASS" if diff < STAGING_TARGET_MB else "FAIL"
+    return {"switchyard_minus_plain_mb": diff, "switchyard_minus_plain_held_mb": held_diff,
+            "target_mb": STAGING_TARGET_MB, "verdict": verdict}
+
+
+def staging_report(staging: dict[str, Any]) -> str:
+    n = next(iter(v["streams"] for k, v in staging.items() if k in ("plain", "switchyard")), 0)
+    hold = next(iter(v["hold_s"] for k, v in staging.items() if k in ("plain", "switchyard")), 0)
+    lines = [
+        (f"### Staging memory: {n} concurrent streams held {hold:g} s after all reached the upstream "
+         "(role + lifecycle frames only), proxy RSS sampled every 50 ms"),
+        "",
+        ("| proxy | complete / failed | first frame before release | RSS before (MB) | peak while all held (MB) "
+         "| peak, whole phase (MB) | held peak − before (MB) | peak − before (MB) |"),
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for path in ("plain", "switchyard"):
+        e = staging.get(path)
+        if not e:
+            continue
+        held = None if e["rss_peak_held_mb"] is None else e["rss_peak_held_mb"] - e["rss_before_mb"]
+        lines.append(f"| {PATH_LABEL[path]} | {e['complete']} / {e['failed']} | {e['first_data_before_release']} "
+                     f"| {e['rss_before_mb']:.1f} | {_fmt(e['rss_peak_held_mb'], 1)} | {e['rss_peak_mb']:.1f} "
+                     f"| {'—' if held is None else f'{held:+.1f}'} | {e['rss_peak_minus_before_mb']:+.1f} |")
+    v = staging.get("verdict", {})
+    if "switchyard_minus_plain_mb" in v:
+        held_diff = v["switchyard_minus_plain_held_mb"]
+        lines.append(f"| switchyard − plain | | | | | | {'—' if held_diff is None else f'{held_diff:+.1f}'} "
+                     f"| **{v['switchyard_minus_plain_mb']:+.1f}** |")
+        lines.append("")
+        lines.append(f"Target (issue 6): switchyard's peak − before at most {v['target_mb']:g} MB beyond plain "
+                     f"mitmdump's: **{v['verdict']}** ({v['switchyard_minus_plain_mb']:+.1f} MB).")
+    for path in ("plain", "switchyard"):
+        e = staging.get(path)
+        if e and e["errors"]:
+            lines.append(f"{PATH_LABEL[path]} staging errors ({e['error_count']}): " + json.dumps(e["errors"]))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
 # Statistics and the report
 # --------------------------------------------------------------------------------------
 
@@ -969,7 +1303,19 @@ async def run(args: argparse.Namespace, ports: list[int], proxies: dict[str, tup
                             + (f"  proxy cpu/stream {cpu / n * 1000:7.2f} ms" if cpu is not None else "")
                             + (f"  FAILED {bad}" if bad else "")
                         )
-        return bench, {"idle_rss_mb_after_warmup": idle_rss}
+        extra: dict[str, Any] = {"idle_rss_mb_after_warmup": idle_rss}
+        if args.staging_streams:
+            await bench.close()
+            staging: dict[str, Any] = {}
+            for path in ("plain", "switchyard"):
+                pid, proxy = proxies[path]
+                assert pid is not None and proxy is not None
+                progress(f"staging: {args.staging_streams} concurrent held streams through {PATH_LABEL[path]}, "
+                         f"held {args.staging_hold_s:g} s")
+                staging[path] = await staging_phase(args, ports, path, pid, proxy, progress)
+            staging["verdict"] = staging_verdict(staging)
+            extra["staging"] = staging
+        return bench, extra
     finally:
         await bench.close()
 
@@ -988,6 +1334,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="record both proxies with py-spy during the measured rounds (collapsed stacks and a "
                              "summary in DIR); sampling costs CPU, so do not quote a profiled run's figures")
+    parser.add_argument("--staging-streams", type=int, default=None, metavar="N",
+                        help="after the measured rounds, hold N concurrent streams in each proxy (role + lifecycle "
+                             "frames only) and report peak RSS; 0 skips (default 1000, with --quick 200)")
+    parser.add_argument("--staging-hold-s", type=float, default=3.0, metavar="S",
+                        help=f"how long the N streams are held once all reached the upstream (default 3, at most "
+                             f"{STAGING_HOLD_MAX_S:g})")
     parser.add_argument("--max-lifetime", type=float, default=3600, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -996,6 +1348,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.tokens = min(args.tokens, 50)
         args.streams = min(args.streams, 5)
         args.fallback_streams = min(args.fallback_streams, 3)
+    if args.staging_streams is None:
+        args.staging_streams = 200 if args.quick else 1000
+    if args.staging_streams < 0:
+        parser.error("--staging-streams must not be negative")
+    if not 0 < args.staging_hold_s <= STAGING_HOLD_MAX_S:
+        parser.error(f"--staging-hold-s must be above 0 and at most {STAGING_HOLD_MAX_S:g}")
     if min(args.concurrency) < 1 or args.streams < 1 or args.fallback_streams < 1 or args.rounds < 1 or args.tokens < 1:
         parser.error("--concurrency, --streams, --fallback-streams, --rounds and --tokens must be at least 1")
     if args.gap_ms < 0:
@@ -1019,6 +1377,12 @@ def main(argv: list[str]) -> int:
         print(f"[{time.monotonic() - started:7.1f}s] {text}", file=sys.stderr, flush=True)
 
     info = machine()
+    nofile_soft, nofile_hard = raise_nofile_limit()  # inherited by the upstream and both mitmdumps
+    need = 3 * args.staging_streams + 512
+    if args.staging_streams and nofile_soft < need:
+        print(f"bench: --staging-streams {args.staging_streams} needs about {need} file descriptors per process; "
+              f"RLIMIT_NOFILE is {nofile_soft} (hard {nofile_hard})", file=sys.stderr)
+        return 2
     children: list[Child] = []
     workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
     try:
@@ -1087,6 +1451,9 @@ def main(argv: list[str]) -> int:
         print()
         print(report(summary, args.concurrency))
         print()
+        if "staging" in extra:
+            print(staging_report(extra["staging"]))
+            print()
         print("Proxy peak memory over the whole run (VmHWM): "
               + ", ".join(f"{PATH_LABEL[k]} {v:.1f} MB" for k, v in hwm.items())
               + "; after warm-up, idle: "
@@ -1113,7 +1480,8 @@ def main(argv: list[str]) -> int:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(payload, indent=1))
             print(f"Raw numbers: {args.json}")
-        return 1 if any(v["failed"] for v in summary.values()) else 0
+        staging_failed = any(extra.get("staging", {}).get(p, {}).get("error_count") for p in ("plain", "switchyard"))
+        return 1 if staging_failed or any(v["failed"] for v in summary.values()) else 0
     except KeyboardInterrupt:
         print("\ninterrupted; stopping processes", file=sys.stderr)
         return 130

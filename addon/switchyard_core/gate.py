@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .protocols.base import Classification, ErrorInfo, FrameKind, StreamClassifier
-from .protocols.errors import CAPACITY_CODES
+from .protocols.errors import CAPACITY_CODES, rewrite_capacity_codes
 from .sse import Frame, FrameSplitter
 
 EOF_BEFORE_OUTPUT = ErrorInfo(
@@ -32,12 +32,6 @@ class GateStep:
     failure: Classification | None = None  # a failure before output: discard the attempt
     failures_after_output: list[Classification] = field(default_factory=list)
     first_event: str | None = None  # the frame that committed, for logs
-
-
-def _rewrite_capacity_codes(raw: bytes) -> bytes:
-    for code in CAPACITY_CODES:
-        raw = raw.replace(b'"' + code.encode() + b'"', b'"server_error"')
-    return raw
 
 
 class Gate:
@@ -154,5 +148,5 @@ class Gate:
             step.failures_after_output.append(result)
             info = result.error
             if self._rewrite and info is not None and info.code in CAPACITY_CODES:
-                return _rewrite_capacity_codes(frame.raw)
+                return rewrite_capacity_codes(frame.raw)
         return frame.raw

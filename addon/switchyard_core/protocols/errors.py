@@ -178,3 +178,11 @@ class ErrorPolicy:
         if info.status is not None and info.status in self.retry_on:
             return Decision.RETRY
         return Decision.FATAL
+
+
+def rewrite_capacity_codes(raw: bytes) -> bytes:
+    """After output, `server_is_overloaded`/`slow_down` become `server_error` so
+    clients treat the error as a retryable server error (their own retry, not ours)."""
+    for code in CAPACITY_CODES:
+        raw = raw.replace(b'"' + code.encode() + b'"', b'"server_error"')
+    return raw

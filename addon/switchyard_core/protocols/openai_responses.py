@@ -244,6 +244,21 @@ class ResponsesStream:
         return Classification(FrameKind.OUTPUT, etype)
 
 
+def error_event_payload(message: str, code: str) -> bytes:
+    """An `error` event's JSON: flat spec fields for the Node SDK and typed clients,
+    plus a nested `error` so openai-python (which raises only on a truthy `error`
+    key) raises too.  The same over SSE and over WebSocket."""
+    payload = {
+        "type": "error",
+        "code": code,
+        "message": message,
+        "param": None,
+        "sequence_number": 0,
+        "error": {"type": "server_error", "code": code, "message": message, "param": None},
+    }
+    return json.dumps(payload).encode()
+
+
 class OpenAIResponses:
     name = NAME
 
@@ -258,18 +273,7 @@ class OpenAIResponses:
         return error_info(body, event_type="body")
 
     def error_event(self, message: str, code: str) -> bytes:
-        """Flat spec fields for the Node SDK and typed clients, plus a nested
-        `error` so openai-python (which raises only on a truthy `error` key)
-        raises too."""
-        payload = {
-            "type": "error",
-            "code": code,
-            "message": message,
-            "param": None,
-            "sequence_number": 0,
-            "error": {"type": "server_error", "code": code, "message": message, "param": None},
-        }
-        return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
+        return b"event: error\ndata: " + error_event_payload(message, code) + b"\n\n"
 
     def error_body(self, message: str, code: str) -> bytes:
         error = {"message": message, "type": "server_error", "param": None, "code": code}

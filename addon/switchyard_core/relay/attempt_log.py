@@ -9,9 +9,11 @@ can echo a key; every credential value the exchange carries is replaced by
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from .. import observe
 from ..protocols import ErrorInfo
+from ..rules import Upstream
 from .exchange import AttemptRecord, Exchange
 from .upstream import secret_header_names
 
@@ -21,12 +23,10 @@ class AttemptLog:
         self.exchange = exchange
         self.route = exchange.route.name
         self.api = api
-        self._secrets = _secrets_of(exchange)
+        self._secrets = secret_values(exchange.request.headers, exchange.route.upstreams)
 
     def redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
-        return text
+        return redact(text, self._secrets)
 
     def fields(self, record: AttemptRecord) -> dict[str, object]:
         return {"route": self.route, "upstream": record.upstream, "attempt": record.attempt, "request_id": record.request_id}
@@ -79,13 +79,20 @@ class AttemptLog:
                      attempts=len(self.exchange.attempts), message=self.redact(message))
 
 
-def _secrets_of(exchange: Exchange) -> tuple[str, ...]:
-    """Credential values this exchange carries: the client's, and its upstreams' own
+def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable[Upstream]) -> tuple[str, ...]:
+    """Credential values an exchange carries: the client's, and its upstreams' own
     (their `auth` and any header filled in from the environment)."""
-    values = [value for name, value in exchange.request.headers if name.lower() in secret_header_names(None)]
-    for upstream in exchange.route.upstreams:
+    values = [value for name, value in client_headers if name.lower() in secret_header_names(None)]
+    for upstream in upstreams:
         if upstream.auth is not None:
             values.append(upstream.auth[1])
         values += [value for name, value in upstream.headers if name.lower() in upstream.secret_headers]
     found = {part for value in values for part in (value, *value.split()) if len(part) >= 8}
     return tuple(sorted(found, key=len, reverse=True))
+
+
+def redact(text: str, secrets: tuple[str, ...]) -> str:
+    """A provider's error message can echo a key: never log or record it."""
+    for secret in secrets:
+        text = text.replace(secret, "[redacted]")
+    return text

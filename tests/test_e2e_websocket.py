@@ -1,0 +1,245 @@
+"""The Responses API over WebSocket through a real mitmdump (issue 7).
+
+A loopback WebSocket upstream (tests/support/ws_provider.py) speaks the
+protocol and fails on demand; a plain aiohttp WebSocket client and the openai
+SDK's `client.responses.connect()` talk to it through mitmdump as their proxy.
+Each test asserts the exact sequence of message texts the client received,
+what the upstream was sent, and what was logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+
+from tests.support.mitm import Mitmdump, start_mitmdump
+from tests.support.ws_provider import (
+    WsProvider,
+    answer_turn,
+    event,
+    failed,
+    overload_error,
+    overload_turn,
+)
+
+WS_RULES = """\
+version: 1
+defaults:
+  retries: 1
+  backoff_ms: 1
+  max_backoff_ms: 300
+routes:
+  - name: responses-ws-slow
+    match: {path: /slow/v1/responses}
+    first_output_timeout_s: 1.0
+    upstreams:
+      - {name: slow, url: original}
+  - name: responses-ws
+    match: {path: /v1/responses}
+    upstreams:
+      - {name: primary, url: original}
+"""
+
+TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
+
+
+@pytest.fixture(scope="module")
+def ws_provider() -> Iterator[WsProvider]:
+    provider = WsProvider().start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(scope="module")
+def ws_mitm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mitmdump]:
+    workdir = tmp_path_factory.mktemp("mitm-ws")
+    rules = workdir / "rules.yaml"
+    rules.write_text(WS_RULES)
+    dump = start_mitmdump(rules, workdir / "mitmdump.log")
+    yield dump
+    dump.stop()
+
+
+@pytest.fixture
+def upstream(ws_provider: WsProvider) -> Iterator[WsProvider]:
+    ws_provider.reset()
+    yield ws_provider
+    ws_provider.reset()
+
+
+def create(text: str, **extra: object) -> str:
+    return json.dumps({"type": "response.create", "model": "gpt-4o", "input": text, **extra})
+
+
+def rewritten(text: str) -> str:
+    return text.replace('"server_is_overloaded"', '"server_error"')
+
+
+async def receive_turn(ws: aiohttp.ClientWebSocketResponse, timeout: float = 10) -> list[str]:
+    """Message texts up to and including the turn's terminal event."""
+    got: list[str] = []
+    while True:
+        msg = await ws.receive(timeout=timeout)
+        assert msg.type is aiohttp.WSMsgType.TEXT, msg
+        got.append(msg.data)
+        try:
+            kind = json.loads(msg.data).get("type")
+        except ValueError:
+            kind = None
+        if kind in TERMINAL:
+            return got
+
+
+async def assert_nothing_more(ws: aiohttp.ClientWebSocketResponse, wait: float = 0.4) -> None:
+    with pytest.raises(asyncio.TimeoutError):
+        msg = await ws.receive(timeout=wait)
+        raise AssertionError(f"unexpected message after the turn: {msg}")
+
+
+async def test_first_turn_overload_before_output_is_retried_once(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    good = answer_turn("resp_2")
+    upstream.script(overload_turn("resp_1"), good)
+    mark = ws_mitm.log_mark()
+    request = create("hello PRIVATE-PROMPT")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(request)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good  # exactly one turn's events, none of the failed attempt
+    assert upstream.creates == [request, request]  # the exact create, sent again on the same connection
+    assert upstream.connections == 1
+    log = ws_mitm.wait_for_log("switchyard.retry_answered", mark)
+    assert "switchyard.websocket_tracked route=responses-ws upstream=primary transport=websocket" in log
+    failed_lines = [line for line in log.splitlines() if "switchyard.attempt_failed" in line]
+    assert len(failed_lines) == 1
+    line = failed_lines[0]
+    for part in ("route=responses-ws", "upstream=primary", "transport=websocket", "turn=1", "attempt=1",
+                 "code=server_is_overloaded", "event=error", "decision=retry", "delay_s="):
+        assert part in line, line
+    assert "switchyard.retry_answered route=responses-ws upstream=primary transport=websocket turn=1 attempt=2" in log
+    assert "PRIVATE-PROMPT" not in log
+    assert "failover_suppressed" not in log
+
+
+async def test_failure_after_output_is_forwarded_rewritten_not_retried(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    turn = answer_turn("resp_out")[:5] + [overload_error(5), failed("resp_out", 6)]
+    upstream.script(turn)
+    mark = ws_mitm.log_mark()
+    request = create("after output")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(request)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == turn[:5] + [rewritten(turn[5]), rewritten(turn[6])]
+    assert '"server_error"' in got[5] and "server_is_overloaded" not in got[5] + got[6]
+    assert upstream.creates == [request]
+    log = ws_mitm.wait_for_log("switchyard.failover_suppressed_after_semantic_output", mark)
+    suppressed = [line for line in log.splitlines() if "failover_suppressed_after_semantic_output" in line]
+    assert len(suppressed) == 2  # the error and the response.failed
+    assert all("transport=websocket" in line and "after=output" in line and "turn=1" in line for line in suppressed)
+    assert "event=error" in suppressed[0] and "event=response.failed" in suppressed[1]
+    assert "switchyard.attempt_failed" not in log
+
+
+async def test_failing_second_turn_is_forwarded_not_resent(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    first = answer_turn("resp_t1")
+    second = overload_turn("resp_t2")
+    upstream.script(first, second)
+    mark = ws_mitm.log_mark()
+    one = create("turn one")
+    two = create("turn two", previous_response_id="resp_t1")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(one)
+            got_one = await receive_turn(ws)
+            await ws.send_str(two)
+            got_two = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got_one == first
+    assert got_two == [second[0], rewritten(second[1]), rewritten(second[2])]
+    assert upstream.creates == [one, two]  # the second turn was not sent again
+    log = ws_mitm.wait_for_log("decision=not_resent", mark)
+    failed_lines = [line for line in log.splitlines() if "switchyard.attempt_failed" in line]
+    assert len(failed_lines) == 1 and "turn=2" in failed_lines[0] and "transport=websocket" in failed_lines[0]
+    suppressed = [line for line in log.splitlines() if "failover_suppressed_after_semantic_output" in line]
+    assert len(suppressed) == 2
+    assert all("transport=websocket" in line and "turn=2" in line and "after=later_turn" in line for line in suppressed)
+
+
+async def test_first_turn_out_of_budget_is_forwarded_as_sent(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    attempt_1, attempt_2 = overload_turn("resp_a"), overload_turn("resp_b")
+    upstream.script(attempt_1, attempt_2)
+    mark = ws_mitm.log_mark()
+    request = create("no luck")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(request)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == attempt_2  # the last failure as the provider sent it (retries: 1 means two tries)
+    assert upstream.creates == [request, request]
+    log = ws_mitm.wait_for_log("decision=give_up", mark)
+    decisions = [line.split("decision=")[1].split()[0] for line in log.splitlines() if "switchyard.attempt_failed" in line]
+    assert decisions == ["retry", "give_up"]
+    assert "failover_suppressed" not in log
+
+
+async def test_non_json_and_unknown_messages_are_output(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    turn = [answer_turn("resp_u")[0], "not json at all", event("response.something_new", x=1),
+            answer_turn("resp_u")[-1]]
+    upstream.script(turn)
+    request = create("unknown")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(request)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == turn
+    assert upstream.creates == [request]
+
+
+async def test_openai_sdk_responses_connect_sees_one_clean_turn(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    good = answer_turn("resp_sdk", "Hello from the SDK")
+    upstream.script(overload_turn("resp_sdk_fail"), good)
+    client = openai.AsyncOpenAI(api_key="sk-test-ws", base_url=f"http://127.0.0.1:{upstream.port}/v1")
+    types: list[str] = []
+    text = ""
+    async with client.responses.connect(websocket_connection_options={"proxy": ws_mitm.proxy_url}) as connection:
+        await connection.response.create(model="gpt-4o", input="say hello")
+        async for server_event in connection:
+            types.append(server_event.type)
+            if server_event.type == "response.output_text.delta":
+                text += server_event.delta
+            if server_event.type in TERMINAL:
+                break
+    assert types == [json.loads(message)["type"] for message in good]
+    assert text == "Hello from the SDK"
+    assert len(upstream.creates) == 2 and upstream.creates[0] == upstream.creates[1]
+
+
+async def test_first_output_timeout_retries_the_first_turn(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    stalled = answer_turn("resp_stall")[:1] + [1.3]  # response.created, then silence past the 1s bound
+    good = answer_turn("resp_fast")
+    upstream.script(stalled, good)
+    mark = ws_mitm.log_mark()
+    request = create("slow one")
+    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(request)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good  # the stalled attempt's held response.created never reached the client
+    assert upstream.creates == [request, request]
+    log = ws_mitm.wait_for_log("switchyard.retry_answered", mark)
+    line = next(line for line in log.splitlines() if "switchyard.attempt_failed" in line)
+    for part in ("route=responses-ws-slow", "transport=websocket", "status=504", "event=timeout", "decision=retry"):
+        assert part in line, line
