@@ -62,6 +62,30 @@ class StreamClassifier(Protocol):
         ...
 
 
+class StreamState:
+    """What every stream classifier keeps: whether output was seen, whether the
+    API's end marker was.  Subclasses classify one frame in `_classify`."""
+
+    __slots__ = ("_seen_output", "_complete")
+
+    def __init__(self) -> None:
+        self._seen_output = False
+        self._complete = False
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    def classify(self, event: SseEvent) -> Classification:
+        result = self._classify(event)
+        if result.kind is FrameKind.OUTPUT:
+            self._seen_output = True
+        return result
+
+    def _classify(self, event: SseEvent) -> Classification:
+        raise NotImplementedError
+
+
 class Api(Protocol):
     name: str
 

@@ -14,7 +14,7 @@ import re
 from typing import Any, Mapping
 
 from ..sse import SseEvent
-from .base import Classification, ErrorInfo, FrameKind
+from .base import Classification, ErrorInfo, FrameKind, StreamState
 from .errors import error_info
 
 NAME = "openai-chat"
@@ -84,29 +84,23 @@ def _choice_error(choice: Mapping[str, Any], top: Mapping[str, Any]) -> ErrorInf
     return ErrorInfo(message="finish_reason error", event_type="finish_reason", retryable_hint=True)
 
 
-class ChatStream:
-    """Classifies one Chat Completions stream and tracks its end marker."""
+class ChatStream(StreamState):
+    """Classifies one Chat Completions stream and tracks its end marker: `[DONE]`,
+    or a finish reason on every choice seen."""
 
-    __slots__ = ("_seen_output", "_done", "_choices", "_finished")
+    __slots__ = ("_choices", "_finished")
 
     def __init__(self) -> None:
-        self._seen_output = False
-        self._done = False
+        super().__init__()
         self._choices: set[int] = set()
         self._finished: set[int] = set()
 
     @property
     def complete(self) -> bool:
-        return self._done or (bool(self._choices) and self._choices <= self._finished)
+        return self._complete or (bool(self._choices) and self._choices <= self._finished)
 
     def worth_a_look(self, raw: bytes) -> bool:
         return b"error" in raw or b"[DONE]" in raw or _FINISH_SET.search(raw) is not None
-
-    def classify(self, event: SseEvent) -> Classification:
-        result = self._classify(event)
-        if result.kind is FrameKind.OUTPUT:
-            self._seen_output = True
-        return result
 
     def _classify(self, event: SseEvent) -> Classification:
         if event.comment_only:
@@ -115,7 +109,7 @@ class ChatStream:
         if data is None:
             return _LIFECYCLE if event.event else _KEEPALIVE
         if data.startswith("[DONE]"):
-            self._done = True
+            self._complete = True
             if self._seen_output:
                 return Classification(FrameKind.TERMINAL, "[DONE]")
             return Classification(FrameKind.EMPTY_END, "[DONE]")

@@ -17,7 +17,7 @@ import json
 from typing import Any, Mapping
 
 from ..sse import SseEvent
-from .base import Classification, ErrorInfo, FrameKind
+from .base import Classification, ErrorInfo, FrameKind, StreamState
 from .errors import MESSAGE_LIMIT, error_info
 
 NAME = "openai-responses"
@@ -146,27 +146,13 @@ def failed_info(obj: Any, *, event_type: str = "response.failed") -> ErrorInfo:
     )
 
 
-class ResponsesStream:
+class ResponsesStream(StreamState):
     """Classifies one Responses stream and tracks its end marker."""
 
-    __slots__ = ("_seen_output", "_complete")
-
-    def __init__(self) -> None:
-        self._seen_output = False
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
+    __slots__ = ()
 
     def worth_a_look(self, raw: bytes) -> bool:
         return b"error" in raw or b"failed" in raw or b"response.completed" in raw or b"response.incomplete" in raw or b"[DONE]" in raw
-
-    def classify(self, event: SseEvent) -> Classification:
-        result = self._classify(event)
-        if result.kind is FrameKind.OUTPUT:
-            self._seen_output = True
-        return result
 
     def _classify(self, event: SseEvent) -> Classification:
         if event.comment_only:
