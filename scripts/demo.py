@@ -11,6 +11,8 @@ can look at the flows (Ctrl-C to stop).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 import json
 import shutil
 import subprocess
@@ -25,7 +27,7 @@ sys.path.insert(0, str(ROOT / "addon"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fake_provider import ScriptedByApi  # noqa: E402
-from tests.support.mitm import free_port, start_mitmdump  # noqa: E402
+from tests.support.mitm import Mitmdump, free_port, start_mitmdump  # noqa: E402
 
 RULES = """\
 version: 1
@@ -66,48 +68,55 @@ def section(title: str) -> None:
     print(f"\n\033[1m── {title} {'─' * max(0, 70 - len(title))}\033[0m")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--web", action="store_true", help="run mitmweb and keep it running")
-    args = parser.parse_args()
-    provider = ScriptedByApi({"primary": ("sse_503", 3)})
+@contextmanager
+def demo_setup(primary_failures: int, *, web: bool) -> Iterator[tuple[ScriptedByApi, Mitmdump, Path]]:
+    """The fake provider (primary answers a first-frame 503, the first N times) and
+    Switchyard in front of it; everything stopped and removed afterwards."""
+    provider = ScriptedByApi({"primary": ("sse_503", primary_failures)})
     provider.start()
     workdir = Path(tempfile.mkdtemp(prefix="switchyard-demo-"))
     rules = workdir / "rules.yaml"
     rules.write_text(RULES.format(backup_port=provider.ports[1]))
-    extra = []
-    if args.web:
-        extra = ["--set", f"web_port={free_port()}", "--set", "web_open_browser=false"]
+    extra = ["--set", f"web_port={free_port()}", "--set", "web_open_browser=false"] if web else []
     dump = start_mitmdump(rules, workdir / "mitmdump.log", env={"DEMO_BACKUP_KEY": "sk-demo-backup-key"},
-                          extra_args=extra, web=args.web)
-    url = provider.url("primary", "/v1/chat/completions")
+                          extra_args=extra, web=web)
     try:
-        section("1. Straight to the provider: HTTP 200, and the answer is an error")
-        print(curl(url).strip())
-        section("2. Through Switchyard: the same request")
-        through = curl(url, dump.proxy_url)
-        print(through.strip())
-        section("What the client got")
-        print(f"answer text: {answer_text(through)!r}")
-        print(f"x-switchyard-upstream / attempts: "
-              f"{[l.split(': ', 1)[1] for l in through.splitlines() if l.lower().startswith('x-switchyard-')]}")
-        print(f"requests the provider saw: {[c.upstream for c in provider.calls]}")
-        section("What Switchyard logged")
-        time.sleep(0.2)
-        for line in dump.log().splitlines():
-            if "] switchyard." in line:
-                print(line)
-        if args.web:
-            section("mitmweb")
-            print(f"open {dump.web_url} — Ctrl-C to stop")
-            while True:
-                time.sleep(1)
-    except KeyboardInterrupt:
-        pass
+        yield provider, dump, workdir
     finally:
         dump.stop()
         provider.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--web", action="store_true", help="run mitmweb and keep it running")
+    args = parser.parse_args()
+    with demo_setup(3, web=args.web) as (provider, dump, _):
+        url = provider.url("primary", "/v1/chat/completions")
+        try:
+            section("1. Straight to the provider: HTTP 200, and the answer is an error")
+            print(curl(url).strip())
+            section("2. Through Switchyard: the same request")
+            through = curl(url, dump.proxy_url)
+            print(through.strip())
+            section("What the client got")
+            print(f"answer text: {answer_text(through)!r}")
+            shown = [line.split(": ", 1)[1] for line in through.splitlines() if line.lower().startswith("x-switchyard-")]
+            print(f"x-switchyard-upstream / attempts: {shown}")
+            print(f"requests the provider saw: {[c.upstream for c in provider.calls]}")
+            section("What Switchyard logged")
+            time.sleep(0.2)
+            for line in dump.log().splitlines():
+                if "] switchyard." in line:
+                    print(line)
+            if args.web:
+                section("mitmweb")
+                print(f"open {dump.web_url} — Ctrl-C to stop")
+                while True:
+                    time.sleep(1)
+        except KeyboardInterrupt:
+            pass
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -24,9 +23,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "addon"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from demo import RULES, curl  # noqa: E402
-from fake_provider import ScriptedByApi  # noqa: E402
-from tests.support.mitm import free_port, start_mitmdump  # noqa: E402
+from demo import curl, demo_setup  # noqa: E402
 
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -49,13 +46,7 @@ def main() -> None:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if not browser:
         sys.exit("chromium not found: run scripts/screenshot (it installs Debian's chromium)")
-    provider = ScriptedByApi({"primary": ("sse_503", 2)}).start()
-    workdir = Path(tempfile.mkdtemp(prefix="switchyard-shot-"))
-    rules = workdir / "rules.yaml"
-    rules.write_text(RULES.format(backup_port=provider.ports[1]))
-    dump = start_mitmdump(rules, workdir / "mitmweb.log", env={"DEMO_BACKUP_KEY": "sk-demo-backup-key"},
-                          extra_args=["--set", f"web_port={free_port()}", "--set", "web_open_browser=false"], web=True)
-    try:
+    with demo_setup(2, web=True) as (provider, dump, workdir):
         curl(provider.url("primary", "/v1/chat/completions"), dump.proxy_url)
         time.sleep(0.5)
         shown = flows(dump.web_url)
@@ -66,10 +57,6 @@ def main() -> None:
         subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={workdir / 'chromium'}",
                         f"--screenshot={out}", url], check=True, capture_output=True, timeout=120)
         print(f"wrote {out} ({out.stat().st_size} bytes) from {url.split('?')[0]}")
-    finally:
-        dump.stop()
-        provider.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
