@@ -91,6 +91,11 @@ routes:
     max_backoff_ms: 3000
     upstreams:
       - {{name: patient, url: original, retries: 3}}
+  - name: chat-varhost              # a variable in an upstream's host
+    match: {{path: /varhost/v1/chat/completions}}
+    upstreams:
+      - {{name: varhost, url: original, retries: 0}}
+      - {{name: backup, url: "http://${{SWY_TEST_BACKUP_HOST}}:{p2}/backup/v1/chat/completions"}}
   - name: chat-dead-last
     match: {{path: /deadlast/v1/chat/completions}}
     upstreams:
@@ -182,7 +187,7 @@ def mitm(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> It
         rules,
         workdir / "mitmdump.log",
         reverse_target=f"http://127.0.0.1:{provider.ports[0]}",
-        env={"SWY_TEST_BACKUP_KEY": BACKUP_SECRET},
+        env={"SWY_TEST_BACKUP_KEY": BACKUP_SECRET, "SWY_TEST_BACKUP_HOST": "127.0.0.1"},
     )
     yield dump
     dump.stop()

@@ -514,3 +514,14 @@ def test_persistent_429_without_retry_after_is_bounded_and_backs_off(env: Env) -
     first = next(line for line in log.splitlines() if "upstream=solo attempt=1" in line)
     assert "decision=retry delay_s=" in first  # a jittered wait, not a tight loop
     assert float(first.split("delay_s=")[1].split()[0]) > 0
+
+
+def test_a_variable_in_an_upstreams_host_still_streams_and_shows(env: Env) -> None:
+    mark = env.mitm.log_mark()
+    env.provider.script("varhost", Reply.sse(HEADLINE))
+    result = env.curl(chat_url(env, "varhost"), env.chat_body())
+    assert result.body == BACKUP_BYTES
+    assert result.headers["transfer-encoding"] == "chunked"  # streamed, not buffered whole
+    time.sleep(0.3)
+    log = env.mitm.log_since(mark)
+    assert "Addon error" not in log and "display_failed" not in log

@@ -164,3 +164,17 @@ def test_deeply_nested_json_and_giant_frames_never_raise() -> None:
         giant = b'data: {"type":"x","pad":"' + b"y" * 100_000 + b'"}\n\n'
         out, failures = run(g, [wire.CHAT_ROLE, giant])
         assert out == wire.CHAT_ROLE + giant and not failures
+
+
+def test_a_cut_with_several_choices_is_not_mistaken_for_a_complete_stream() -> None:
+    def chunk(index: int, delta: dict, finish: str | None = None) -> bytes:
+        return wire.data({"id": "c", "object": "chat.completion.chunk",
+                          "choices": [{"index": index, "delta": delta, "finish_reason": finish}]})
+
+    g = gate()
+    g.feed(chunk(0, {"content": "a"}) + chunk(1, {"content": "b"}) + chunk(0, {}, "stop"))
+    g.finish()
+    assert not g.complete  # choice 1 never finished and no [DONE]: a cut
+    g = gate()
+    g.feed(chunk(0, {"content": "a"}) + chunk(1, {"content": "b"}) + chunk(0, {}, "stop") + chunk(1, {}, "stop"))
+    assert g.complete

@@ -142,7 +142,6 @@ class Router:
         exchange = self._live.get(flow.id)
         if exchange is None or flow.response is None:
             return
-        self._restore(flow, exchange)
         # the relay's connection is single-use and closes when the answer ends; the
         # client's need not: frame the body for it as the upstream would have
         flow.response.headers.pop("connection", None)
@@ -150,6 +149,7 @@ class Router:
             flow.response.stream = _DisplayCopy()
             if flow.request.http_version.startswith("HTTP/1") and "content-length" not in flow.response.headers:
                 flow.response.headers["transfer-encoding"] = "chunked"
+        self._restore(flow, exchange)
 
     def response(self, flow: http.HTTPFlow) -> None:
         exchange = self._live.pop(flow.id, None)
@@ -176,6 +176,13 @@ class Router:
     # --- display --------------------------------------------------------------
 
     def _restore(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
+        """Display only: a failure here must never cost the client its answer."""
+        try:
+            self._show_answering_upstream(flow, exchange)
+        except ValueError as exc:
+            observe.emit(logging.WARNING, "switchyard.display_failed", route=exchange.route.name, error=str(exc))
+
+    def _show_answering_upstream(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
         """Show the upstream that answered (or the original) instead of the relay.
 
         When that upstream is on another origin, the flow also shows the headers
@@ -231,11 +238,14 @@ class Router:
         view = ctx.master.addons.get("view")
         if view is None:
             return  # mitmdump: the log lines tell the story
-        flows = [
-            attempt_flow(flow, exchange, record)
-            for record in exchange.attempts
-            if record.outcome not in ("committed", "pending")
-        ]
+        flows = []
+        for record in exchange.attempts:
+            if record.outcome in ("committed", "pending"):
+                continue
+            try:
+                flows.append(attempt_flow(flow, exchange, record))
+            except ValueError as exc:  # display only
+                observe.emit(logging.WARNING, "switchyard.display_failed", route=exchange.route.name, error=str(exc))
         if flows:
             view.add(flows)
 

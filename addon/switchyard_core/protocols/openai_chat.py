@@ -27,6 +27,7 @@ _UNKNOWN = Classification(FrameKind.OUTPUT, "unknown")
 
 # a finish_reason with a value (not null): the only chunks after output that matter besides errors
 _FINISH_SET = re.compile(rb'"finish_reason"\s*:\s*"')
+_OTHER_CHOICE = re.compile(rb'"index"\s*:\s*[1-9]')
 
 # finish reasons that report a failure instead of an end
 _FAILED_FINISH = {"error", "insufficient_system_resource"}
@@ -100,7 +101,9 @@ class ChatStream(StreamState):
         return self._complete or (bool(self._choices) and self._choices <= self._finished)
 
     def worth_a_look(self, raw: bytes) -> bool:
-        return b"error" in raw or b"[DONE]" in raw or _FINISH_SET.search(raw) is not None
+        # a choice other than the first must be seen too, or n>1 streams look complete early
+        return (b"error" in raw or b"[DONE]" in raw or _FINISH_SET.search(raw) is not None
+                or _OTHER_CHOICE.search(raw) is not None)
 
     def _classify(self, event: SseEvent) -> Classification:
         if event.comment_only:

@@ -232,6 +232,11 @@ class AttemptLoop:
                 # too large to hold and check: commit and pass the rest through
                 self._commit(attempt, "body_limit")
                 await self.client.stop_keepalive()
+                if self.client.headers_sent:  # a stream was promised: this is no stream
+                    await self.client.announce(attempt.upstream.name)
+                    await self.client.error_event("switchyard: the upstream answered a streaming request "
+                                                  "with a non-streaming body", "non_streaming_answer")
+                    return None
                 await self.client.start(answer.status, client_headers(answer.headers), attempt.upstream.name)
                 await self.client.write(b"".join(chunks))
                 await self._pass_rest(answer)

@@ -42,7 +42,11 @@ class Silence:
         """Await, raising TimeoutError if the due time passes first."""
         self._waiting = True
         try:
-            return await awaitable
+            result = await awaitable
+            if self._fired:  # the awaited call swallowed our cancel: take it back
+                self._fired = False
+                self._task.uncancel()
+            return result
         except asyncio.CancelledError:
             if self._fired:
                 self._fired = False

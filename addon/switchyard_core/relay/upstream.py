@@ -106,8 +106,13 @@ def is_cross_origin(url: str, other: str) -> bool:
 
 
 def display_url(original: OriginalRequest, upstream: Upstream) -> str:
-    """The attempt's URL as it may be shown: `${VAR}` values left unexpanded."""
-    return target_url(original.url, upstream.display_url)
+    """The attempt's URL as it may be shown: `${VAR}` values left unexpanded, except
+    in the host and port, which must parse (mitmweb shows them as the destination)."""
+    shown = urlsplit(target_url(original.url, upstream.display_url))
+    if "${" in shown.netloc:
+        real = urlsplit(target_url(original.url, upstream.url))
+        shown = shown._replace(netloc=real.netloc)
+    return urlunsplit(shown)
 
 
 def secret_header_names(upstream: Upstream | None) -> frozenset[str]:
