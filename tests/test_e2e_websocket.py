@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import aiohttp
 import openai
@@ -40,6 +39,12 @@ routes:
     first_output_timeout_s: 1.0
     upstreams:
       - {name: slow, url: original}
+  - name: responses-ws-patient
+    match: {path: /patient/v1/responses}
+    backoff_ms: 1500
+    max_backoff_ms: 4000
+    upstreams:
+      - {name: patient, url: original}
   - name: responses-ws
     match: {path: /v1/responses}
     upstreams:
@@ -225,21 +230,59 @@ async def test_openai_sdk_responses_connect_sees_one_clean_turn(upstream: WsProv
     assert len(upstream.creates) == 2 and upstream.creates[0] == upstream.creates[1]
 
 
-async def test_first_output_timeout_retries_the_first_turn(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
-    stalled = answer_turn("resp_stall")[:1] + [1.3]  # response.created, then silence past the 1s bound
-    good = answer_turn("resp_fast")
-    upstream.script(stalled, good)
+async def test_first_output_timeout_is_reported_in_band_and_not_retried(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    """A silent response cannot be stopped on its connection, and its late messages could
+    not be told from a re-sent turn's: Switchyard reports the timeout and drops the rest."""
+    late = answer_turn("resp_stall")
+    upstream.script(late[:1] + [1.5] + late[1:])  # response.created, silence past the 1 s bound, then the answer
     mark = ws_mitm.log_mark()
     request = create("slow one")
     url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(request)
+            got = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
+            await assert_nothing_more(ws, wait=1.5)  # the late answer is dropped
+    assert got[0] == late[0]  # what was held, then the in-band error
+    error = json.loads(got[1])
+    assert (error["type"], error["code"], error["error"]["code"]) == ("error", "upstream_timeout", "upstream_timeout")
+    assert upstream.creates == [request]  # not re-sent
+    log = ws_mitm.wait_for_log("switchyard.attempt_failed", mark)
+    line = next(line for line in log.splitlines() if "switchyard.attempt_failed" in line)
+    for part in ("route=responses-ws-slow", "transport=websocket", "status=504", "event=timeout", "decision=give_up"):
+        assert part in line, line
+
+
+async def test_late_messages_of_a_failed_attempt_never_reach_the_client(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    """The failed attempt's response.failed arrives after the turn was re-sent: it is
+    recognised by its response id and dropped, not counted against the retry."""
+    failed_attempt = overload_turn("resp_A")  # created, error, response.failed
+    good = answer_turn("resp_B")
+    upstream.script([failed_attempt[0], failed_attempt[1], 0.1, failed_attempt[2]], good)
+    mark = ws_mitm.log_mark()
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("x"))
             got = await receive_turn(ws)
             await assert_nothing_more(ws)
-    assert got == good  # the stalled attempt's held response.created never reached the client
-    assert upstream.creates == [request, request]
+    assert got == good
     log = ws_mitm.wait_for_log("switchyard.retry_answered", mark)
-    line = next(line for line in log.splitlines() if "switchyard.attempt_failed" in line)
-    for part in ("route=responses-ws-slow", "transport=websocket", "status=504", "event=timeout", "decision=retry"):
-        assert part in line, line
+    assert [line.split("decision=")[1].split()[0] for line in log.splitlines() if "attempt_failed" in line] == ["retry"]
+
+
+async def test_a_new_turn_during_the_backoff_gets_the_first_turns_failure_first(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    failing = overload_turn("resp_A")
+    good = answer_turn("resp_B")
+    upstream.script(failing, good)
+    url = upstream.proxied_url.replace("/v1/responses", "/patient/v1/responses")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("one"))
+            await asyncio.sleep(0.5)  # turn 1 failed; its retry waits on a 1.5 s backoff
+            await ws.send_str(create("two"))
+            first = (await ws.receive(timeout=10)).data
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws, wait=2.0)  # the abandoned retry is never sent
+    assert first == failing[1]  # the failure the client would have had, not silence
+    assert got == good
+    assert upstream.creates == [create("one"), create("two")]

@@ -103,6 +103,7 @@ class WsProvider:
         app = web.Application()
         app.router.add_get("/v1/responses", self._handle)
         app.router.add_get("/slow/v1/responses", self._handle)
+        app.router.add_get("/patient/v1/responses", self._handle)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()

@@ -57,6 +57,19 @@ def _create_type(message: Any) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
+def _response_id(message: Any) -> str | None:
+    """The id of the response a server message belongs to, when it names one."""
+    if not message.is_text or b'"resp' not in message.content:
+        return None
+    try:
+        obj = json.loads(message.content)
+    except (ValueError, RecursionError):
+        return None
+    response = obj.get("response") if isinstance(obj, dict) else None
+    found = response.get("id") if isinstance(response, dict) else None
+    return found if isinstance(found, str) else None
+
+
 @dataclass
 class _Turn:
     number: int
@@ -70,6 +83,9 @@ class _Turn:
     output: bool = False  # real output (or the staging bound) reached the client
     suppressing: bool = False  # failures from here on are forwarded, rewritten and logged
     discarding: bool = False  # dropping a failed attempt until the re-sent create goes out
+    response_id: str | None = None  # the current attempt's response id, once the server names it
+    stale_ids: set[str] = field(default_factory=set)  # responses of failed attempts: never forwarded
+    failure: tuple[bytes, bool] | None = None  # the failure a pending retry replaced
     timer: asyncio.Task[None] | None = None
     story: dict[str, Any] = field(default_factory=dict)
 
@@ -80,6 +96,7 @@ class _Turn:
         self.held.clear()
         self.held_size = 0
         self.discarding = False
+        self.response_id = None
         self.story["attempts"].append({"attempt": self.attempt, "outcome": "pending"})
 
 
@@ -129,6 +146,10 @@ class WebSocketTurns:
         conn = self._conns.pop(flow.id, None)
         if conn is None:
             return
+        if conn.to_client_in_flight:
+            # mitmproxy drops injections still queued when the connection closes
+            observe.emit(logging.WARNING, "switchyard.websocket_closed_with_pending", route=conn.route.name,
+                         transport=TRANSPORT, messages=conn.to_client_in_flight)
         for task in list(conn.tasks):
             task.cancel()
         turn = conn.turn
@@ -168,13 +189,21 @@ class WebSocketTurns:
         previous = conn.turn
         if previous is not None:
             self._cancel_timer(previous)
-            if not previous.committed and previous.held:
+            if previous.discarding and previous.failure is not None:
+                # the client moved on during our backoff: it gets the failure it would have had
+                previous.story["attempts"][-1]["outcome"] = "abandoned"
+                self._inject_to_client(conn, *previous.failure)
+            elif not previous.committed and previous.held:
                 self._send_held(conn, previous)  # the client moved on: what was held is its own
         conn.turns += 1
         turn = _Turn(conn.turns, bytes(message.content))
         turn.story = {"turn": turn.number, "attempts": [{"attempt": 1, "outcome": "pending"}]}
         conn.story["turns"].append(turn.story)
         conn.turn = turn
+        if turn.number > 1:
+            # later turns are never re-sent, so holding their messages would buy nothing
+            turn.committed = turn.suppressing = True
+            return
         self._arm_timer(conn, turn)
 
     # --- server side ----------------------------------------------------------
@@ -184,9 +213,11 @@ class WebSocketTurns:
         if turn is None:
             self._deliver(conn, message)
             return
-        if turn.discarding:
+        if turn.discarding or (turn.stale_ids and _response_id(message) in turn.stale_ids):
             message.drop()  # the rest of a failed attempt
             return
+        if turn.response_id is None and not turn.committed:
+            turn.response_id = _response_id(message)
         if turn.committed:
             self._after_commit(conn, turn, message)
             self._deliver(conn, message)
@@ -215,12 +246,23 @@ class WebSocketTurns:
 
     def _after_commit(self, conn: _Conn, turn: _Turn, message: Any) -> None:
         """After output or a forwarded failure: look for failures, rewrite, log."""
-        if not message.is_text or not turn.stream.worth_a_look(message.content):
+        if not message.is_text or (turn.output and not turn.stream.worth_a_look(message.content)):
             return
         result = turn.stream.classify(SseEvent(data=message.text))
+        if result.kind is FrameKind.OUTPUT:
+            turn.output = True  # a later turn's output: failures from now on come after it
         if result.kind is not FrameKind.FAILURE or not turn.suppressing:
             return
         info = result.error
+        attempt = turn.story["attempts"][-1]
+        if turn.number > 1 and not turn.output and info is not None and attempt["outcome"] == "pending":
+            # a later turn failing before output: forwarded, never re-sent
+            attempt.update(outcome="not_resent", event=info.event_type, status=info.status,
+                           code=info.code or info.type, message=redact(info.message, conn.secrets))
+            observe.emit(logging.WARNING, "switchyard.attempt_failed", route=conn.route.name, upstream=conn.upstream,
+                         transport=TRANSPORT, turn=turn.number, attempt=turn.attempt, status=info.status,
+                         code=info.code, type=info.type, event=info.event_type, decision="not_resent",
+                         message=redact(info.message, conn.secrets))
         if conn.route.settings.rewrite_capacity_codes and info is not None and info.code in CAPACITY_CODES:
             message.content = rewrite_capacity_codes(message.content)
         self._log_suppressed(conn, turn, info, result.event_type)
@@ -247,7 +289,11 @@ class WebSocketTurns:
         settings = conn.route.settings
         decision = ErrorPolicy(settings.retry_on).decide(info)
         delay = 0.0
-        if turn.number == 1:
+        if timed_out:
+            # the silent response cannot be stopped on this connection, and its late
+            # messages could not be told from a re-sent turn's: report, do not retry
+            outcome = "give_up"
+        elif turn.number == 1:
             plan = plan_after_failure(
                 decision,
                 tries_used=turn.attempt,
@@ -288,6 +334,10 @@ class WebSocketTurns:
             turn.held.clear()
             turn.held_size = 0
             turn.discarding = True
+            if turn.response_id is not None:
+                turn.stale_ids.add(turn.response_id)
+            if message is not None:
+                turn.failure = (bytes(message.content), message.is_text)
             self._spawn(conn, self._resend(conn, turn, delay))
             return
         # forwarded as sent (first turn out of budget or fatal), or a later turn's failure
@@ -302,8 +352,8 @@ class WebSocketTurns:
         if message is not None:
             self._deliver(conn, message)
         elif timed_out:
-            code = "upstream_timeout"
-            self._inject_to_client(conn, error_event_payload(f"switchyard: {info.message}", code), True)
+            self._inject_to_client(conn, error_event_payload(f"switchyard: {info.message}", "upstream_timeout"), True)
+            turn.discarding = True  # the rest of the silent response, if it ever comes, is dropped
 
     async def _resend(self, conn: _Conn, turn: _Turn, delay: float) -> None:
         if delay > 0:
