@@ -18,7 +18,7 @@ import json
 from typing import Any, Mapping
 
 from ..sse import SseEvent
-from .base import Classification, ErrorInfo, FrameKind, StreamState
+from .base import carries_text, Classification, ErrorInfo, FrameKind, StreamState
 from .errors import MESSAGE_LIMIT, error_info
 
 NAME = "anthropic-messages"
@@ -34,22 +34,11 @@ _MESSAGE_STOP = Classification(FrameKind.TERMINAL, "message_stop")
 _EMPTY_START_BLOCKS = frozenset({"text", "thinking"})
 
 
-def _has_value(value: Any) -> bool:
-    """Text, or a container holding text; numbers, flags and type tags are not."""
-    if isinstance(value, str):
-        return bool(value)
-    if isinstance(value, Mapping):
-        return any(_has_value(v) for k, v in value.items() if k != "type")
-    if isinstance(value, list):
-        return any(_has_value(v) for v in value)
-    return False
-
-
 def _block_carries_content(block: Any) -> bool:
     """An empty text or thinking block is a header; anything else is answer."""
     if not isinstance(block, Mapping) or block.get("type") not in _EMPTY_START_BLOCKS:
         return True
-    return _has_value(block)
+    return carries_text(block)
 
 
 def _message_carries_content(obj: Mapping[str, Any]) -> bool:

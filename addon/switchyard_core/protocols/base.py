@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ..sse import SseEvent
@@ -60,6 +61,18 @@ class StreamClassifier(Protocol):
     def complete(self) -> bool:
         """The API's end marker has been seen: a later EOF is a clean end."""
         ...
+
+
+def carries_text(value: Any) -> bool:
+    """Text, or a container holding text; numbers, flags and `type` tags are not
+    answer content (an item or block that carries any text has started)."""
+    if isinstance(value, str):
+        return bool(value)
+    if isinstance(value, Mapping):
+        return any(carries_text(v) for k, v in value.items() if k != "type")
+    if isinstance(value, list):
+        return any(carries_text(v) for v in value)
+    return False
 
 
 class StreamState:

@@ -17,7 +17,7 @@ import json
 from typing import Any, Mapping
 
 from ..sse import SseEvent
-from .base import Classification, ErrorInfo, FrameKind, StreamState
+from .base import carries_text, Classification, ErrorInfo, FrameKind, StreamState
 from .errors import MESSAGE_LIMIT, error_info
 
 NAME = "openai-responses"
@@ -83,28 +83,17 @@ _EVENT_META = frozenset(
 OVERLOAD_OUTPUT_TEXT = "Our servers are currently overloaded. Please try again later."
 
 
-def _carries_content(value: Any) -> bool:
-    """Text, or a container holding text; numbers and flags are never content."""
-    if isinstance(value, str):
-        return bool(value)
-    if isinstance(value, Mapping):
-        return any(_carries_content(v) for k, v in value.items() if k != "type")
-    if isinstance(value, list):
-        return any(_carries_content(v) for v in value)
-    return False
-
-
 def _item_carries_content(item: Any) -> bool:
     if not isinstance(item, Mapping):
         return bool(item)
     fields = _ITEM_CONTENT_FIELDS.get(str(item.get("type")))
     if fields is not None:
-        return any(_carries_content(item.get(name)) for name in fields)
-    return any(_carries_content(v) for k, v in item.items() if k not in _ITEM_META)
+        return any(carries_text(item.get(name)) for name in fields)
+    return any(carries_text(v) for k, v in item.items() if k not in _ITEM_META)
 
 
 def _payload_carries_content(obj: Mapping[str, Any]) -> bool:
-    return any(_carries_content(v) for k, v in obj.items() if k not in _EVENT_META)
+    return any(carries_text(v) for k, v in obj.items() if k not in _EVENT_META)
 
 
 def _event_type(event: SseEvent, obj: Any) -> str | None:
@@ -217,7 +206,7 @@ class ResponsesStream(StreamState):
             kind = FrameKind.OUTPUT if _item_carries_content(obj.get("item")) else FrameKind.LIFECYCLE
             return Classification(kind, etype)
         if etype in _PART_EVENTS:
-            kind = FrameKind.OUTPUT if _carries_content(obj.get("part")) else FrameKind.LIFECYCLE
+            kind = FrameKind.OUTPUT if carries_text(obj.get("part")) else FrameKind.LIFECYCLE
             return Classification(kind, etype)
         if etype in _CONTENT_EVENTS:
             return Classification(FrameKind.OUTPUT, etype)
