@@ -525,3 +525,13 @@ def test_a_variable_in_an_upstreams_host_still_streams_and_shows(env: Env) -> No
     time.sleep(0.3)
     log = env.mitm.log_since(mark)
     assert "Addon error" not in log and "display_failed" not in log
+
+
+def test_a_forwarded_failure_that_breaks_off_reaches_the_client_as_a_cut(env: Env) -> None:
+    first = [wire.CHAT_ROLE, wire.chat_error(503, "first")]
+    last = [wire.CHAT_ROLE, wire.chat_error(503, "last"), 0.05, RESET]
+    env.provider.script("solo", Reply.sse(*first), Reply.sse(*last))
+    result = env.curl(chat_url(env, "solo"), env.chat_body())
+    assert result.body == wire.CHAT_ROLE + wire.chat_error(503, "last")
+    assert result.returncode == 18  # curl: transfer closed with outstanding data, not a clean end
+    assert env.curl(chat_url(env), env.chat_body()).body == PRIMARY_BYTES  # and the proxy is fine

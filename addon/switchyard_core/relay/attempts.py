@@ -361,15 +361,21 @@ class AttemptLoop:
         return _CONTINUE
 
     async def _pass_rest(self, answer: Answer) -> None:
+        """The rest of an answer forwarded as sent; if it breaks or stalls, so does the
+        client's (a clean end would claim a complete answer)."""
         while True:
             try:
                 async with asyncio.timeout(self.settings.idle_timeout_s or None):
                     chunk, error = await answer.read_some()
             except TimeoutError:
+                self.client.cut()
                 return
             if chunk:
                 await self.client.write(chunk)
-            if error is not None or not chunk:
+            if error is not None:
+                self.client.cut()
+                return
+            if not chunk:
                 return
 
     # --- endings --------------------------------------------------------------------

@@ -32,6 +32,8 @@ class ClientSink(Protocol):
 
     async def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None: ...
 
+    def abort(self) -> None: ...
+
 
 class ClientStream:
     def __init__(self, sink: ClientSink, api: Api) -> None:
@@ -63,6 +65,10 @@ class ClientStream:
     async def write(self, data: bytes) -> None:
         await self.sink.write(data)
         self._tail = data[-4:]
+
+    def cut(self) -> None:
+        """A body forwarded as sent broke: end it so that the client sees a cut."""
+        self.sink.abort()
 
     async def announce(self, upstream: str) -> None:
         """Headers left before the winner was known: name it in a comment."""

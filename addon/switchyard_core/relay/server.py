@@ -28,11 +28,12 @@ TOKEN_HEADER = "x-switchyard-token"
 class WebSink:
     """The relay's HTTP response to mitmproxy, as the attempt loop's `ClientSink`."""
 
-    __slots__ = ("_request", "_response")
+    __slots__ = ("_request", "_response", "_aborted")
 
     def __init__(self, request: web.BaseRequest) -> None:
         self._request = request
         self._response: web.StreamResponse | None = None
+        self._aborted = False
 
     @property
     def headers_sent(self) -> bool:
@@ -64,7 +65,15 @@ class WebSink:
         await response.write_eof()
         self._response = response
 
+    def abort(self) -> None:
+        """End the answer without a clean end: the client must see it was cut."""
+        self._aborted = True
+        if self._request.transport is not None:
+            self._request.transport.abort()
+
     async def end(self) -> web.StreamResponse:
+        if self._aborted and self._response is not None:
+            return self._response
         if self._response is None:
             self._response = web.Response(status=502, text="switchyard: no response")
             await self._response.prepare(self._request)
