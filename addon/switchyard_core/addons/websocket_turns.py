@@ -254,15 +254,9 @@ class WebSocketTurns:
         if result.kind is not FrameKind.FAILURE or not turn.suppressing:
             return
         info = result.error
-        attempt = turn.story["attempts"][-1]
-        if turn.number > 1 and not turn.output and info is not None and attempt["outcome"] == "pending":
-            # a later turn failing before output: forwarded, never re-sent
-            attempt.update(outcome="not_resent", event=info.event_type, status=info.status,
-                           code=info.code or info.type, message=redact(info.message, conn.secrets))
-            observe.emit(logging.WARNING, "switchyard.attempt_failed", route=conn.route.name, upstream=conn.upstream,
-                         transport=TRANSPORT, turn=turn.number, attempt=turn.attempt, status=info.status,
-                         code=info.code, type=info.type, event=info.event_type, decision="not_resent",
-                         message=redact(info.message, conn.secrets))
+        pending = turn.story["attempts"][-1]["outcome"] == "pending"
+        if turn.number > 1 and not turn.output and info is not None and pending:
+            self._record_failure(conn, turn, info, "not_resent")  # a later turn: forwarded, never re-sent
         if conn.route.settings.rewrite_capacity_codes and info is not None and info.code in CAPACITY_CODES:
             message.content = rewrite_capacity_codes(message.content)
         self._log_suppressed(conn, turn, info, result.event_type)
@@ -308,25 +302,7 @@ class WebSocketTurns:
             delay = plan.delay_s
         else:
             outcome = "not_resent"  # later turns may depend on the connection's state
-        attempt = turn.story["attempts"][-1]
-        attempt.update(outcome=outcome, event=info.event_type, status=info.status, code=info.code or info.type,
-                       message=redact(info.message, conn.secrets))
-        observe.emit(
-            logging.INFO if outcome == "retry" else logging.WARNING,
-            "switchyard.attempt_failed",
-            route=conn.route.name,
-            upstream=conn.upstream,
-            transport=TRANSPORT,
-            turn=turn.number,
-            attempt=turn.attempt,
-            status=info.status,
-            code=info.code,
-            type=info.type,
-            event=info.event_type,
-            decision=outcome,
-            delay_s=round(delay, 3) if outcome == "retry" else None,
-            message=redact(info.message, conn.secrets),
-        )
+        self._record_failure(conn, turn, info, outcome, delay if outcome == "retry" else None)
         if outcome == "retry":
             self._cancel_timer(turn)
             if message is not None:
@@ -354,6 +330,29 @@ class WebSocketTurns:
         elif timed_out:
             self._inject_to_client(conn, error_event_payload(f"switchyard: {info.message}", "upstream_timeout"), True)
             turn.discarding = True  # the rest of the silent response, if it ever comes, is dropped
+
+    def _record_failure(self, conn: _Conn, turn: _Turn, info: ErrorInfo, outcome: str,
+                        delay_s: float | None = None) -> None:
+        """The attempt's story in the flow's metadata, and its decision line in the log."""
+        message = redact(info.message, conn.secrets)
+        turn.story["attempts"][-1].update(outcome=outcome, event=info.event_type, status=info.status,
+                                          code=info.code or info.type, message=message)
+        observe.emit(
+            logging.INFO if outcome == "retry" else logging.WARNING,
+            "switchyard.attempt_failed",
+            route=conn.route.name,
+            upstream=conn.upstream,
+            transport=TRANSPORT,
+            turn=turn.number,
+            attempt=turn.attempt,
+            status=info.status,
+            code=info.code,
+            type=info.type,
+            event=info.event_type,
+            decision=outcome,
+            delay_s=round(delay_s, 3) if delay_s is not None else None,
+            message=message,
+        )
 
     async def _resend(self, conn: _Conn, turn: _Turn, delay: float) -> None:
         if delay > 0:
