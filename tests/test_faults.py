@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from switchyard_core.body import Body
 from switchyard_core.faults import FaultPlan, FaultyAnswer
 from switchyard_core.protocols import APIS, Decision, ErrorPolicy, FrameKind
 from switchyard_core.rules.schema import FaultSpec
@@ -16,29 +17,36 @@ from tests.support import wire
 
 
 class Recorded:
-    """A real answer's bytes, replayed chunk by chunk."""
+    """A real answer's bytes, arriving chunk by chunk once the loop runs."""
 
     def __init__(self, chunks: list[bytes], content_type: str = "text/event-stream", status: int = 200) -> None:
         self.status = status
         self.headers: Mapping[str, str] = CIMultiDictProxy(CIMultiDict({"Content-Type": content_type}))
-        self._chunks = list(chunks)
+        self.body = Body()
         self.closed = False
-
-    async def read_some(self) -> tuple[bytes, BaseException | None]:
-        return (self._chunks.pop(0) if self._chunks else b""), None
+        loop = asyncio.get_running_loop()
+        for chunk in chunks:
+            loop.call_soon(self.body.feed, chunk)
+        loop.call_soon(self.body.end)
 
     def close(self) -> None:
         self.closed = True
 
 
-def read(answer: FaultyAnswer) -> tuple[bytes, BaseException | None]:
-    async def go() -> tuple[bytes, BaseException | None]:
+def read(make: Callable[[], FaultyAnswer], wait_s: float = 5.0) -> tuple[FaultyAnswer, bytes, BaseException | None]:
+    """Build the faulty answer inside an event loop and read it to its end (or `wait_s`)."""
+    async def go() -> tuple[FaultyAnswer, bytes, BaseException | None]:
+        answer = make()
         out = b""
-        while True:
-            chunk, error = await answer.read_some()
-            out += chunk
-            if error is not None or not chunk:
-                return out, error
+        try:
+            async with asyncio.timeout(wait_s):
+                while True:
+                    chunk, error = await answer.body.read_some()
+                    out += chunk
+                    if error is not None or not chunk:
+                        return answer, out, error
+        except TimeoutError:
+            return answer, out, TimeoutError()
     return asyncio.run(go())
 
 
@@ -57,8 +65,7 @@ def test_plan_honours_route_upstream_rate_and_count() -> None:
 
 def test_sse_error_after_frames_truncates_the_real_stream() -> None:
     real = wire.chat_stream("one two three")
-    answer = FaultyAnswer(Recorded([b"".join(real)]), spec(kind="sse_error", status=429, after_frames=2), "openai-chat")
-    body, error = read(answer)
+    answer, body, error = read(lambda: FaultyAnswer(Recorded([b"".join(real)]), spec(kind="sse_error", status=429, after_frames=2), "openai-chat"))
     assert error is None
     assert body.startswith(real[0] + real[1])
     frames = FrameSplitter().feed(body)
@@ -68,17 +75,15 @@ def test_sse_error_after_frames_truncates_the_real_stream() -> None:
 
 
 def test_http_error_replaces_the_answer_with_a_json_error_and_a_real_content_type() -> None:
-    answer = FaultyAnswer(Recorded(wire.chat_stream("hi")), spec(kind="http_error", status=529), "anthropic-messages")
+    answer, body, _ = read(lambda: FaultyAnswer(Recorded(wire.chat_stream("hi")), spec(kind="http_error", status=529), "anthropic-messages"))
     assert answer.status == 529
     assert answer.headers["Content-Type"] == "application/json"
-    body, _ = read(answer)
     assert json.loads(body) == {"type": "error", "error": {"type": "overloaded_error", "message": "provider overloaded (switchyard fault)"}}
 
 
 def test_stream_faults_on_a_non_streaming_answer_become_an_error_body() -> None:
-    real = Recorded([json.dumps(wire.chat_completion("hi")).encode()], content_type="application/json")
-    answer = FaultyAnswer(real, spec(kind="sse_error", status=503), "openai-chat")
-    body, _ = read(answer)
+    real = json.dumps(wire.chat_completion("hi")).encode()
+    answer, body, _ = read(lambda: FaultyAnswer(Recorded([real], content_type="application/json"), spec(kind="sse_error", status=503), "openai-chat"))
     assert answer.status == 200 and answer.headers["Content-Type"] == "application/json"
     info = APIS["openai-chat"].body_error(json.loads(body))
     assert info is not None and ErrorPolicy().decide(info) is Decision.RETRY
@@ -86,8 +91,7 @@ def test_stream_faults_on_a_non_streaming_answer_become_an_error_body() -> None:
 
 def test_overload_message_carries_no_code_and_is_still_retryable() -> None:
     for api in ("openai-chat", "openai-responses", "anthropic-messages"):
-        answer = FaultyAnswer(Recorded([]), spec(kind="overload_message"), api)
-        body, _ = read(answer)
+        _, body, _ = read(lambda: FaultyAnswer(Recorded([]), spec(kind="overload_message"), api))
         frame = FrameSplitter().feed(body)[0]
         result = APIS[api].stream_classifier().classify(frame.event)
         assert result.kind is FrameKind.FAILURE and result.error is not None, api
@@ -96,6 +100,25 @@ def test_overload_message_carries_no_code_and_is_still_retryable() -> None:
 
 def test_reset_reports_a_connection_error_after_the_real_frames() -> None:
     real = wire.chat_stream("one two")
-    answer = FaultyAnswer(Recorded(real), spec(kind="reset", after_frames=1), "openai-chat")
-    body, error = read(answer)
+    _, body, error = read(lambda: FaultyAnswer(Recorded(real), spec(kind="reset", after_frames=1), "openai-chat"))
     assert body == real[0] and isinstance(error, ConnectionResetError)
+
+
+def test_frames_arriving_one_by_one_are_cut_at_the_fault_point() -> None:
+    real = wire.chat_stream("one two three four")
+    _, body, error = read(lambda: FaultyAnswer(Recorded(real), spec(kind="sse_error", after_frames=3), "openai-chat"))
+    assert error is None and body.startswith(b"".join(real[:3])) and real[3] not in body
+    assert body.count(b"\n\n") == 4  # three real frames and the error frame
+
+
+def test_stall_sends_the_frames_before_it_and_then_never_ends() -> None:
+    real = wire.chat_stream("one two")
+    _, body, error = read(lambda: FaultyAnswer(Recorded(real), spec(kind="stall", after_frames=2), "openai-chat"),
+                          wait_s=0.3)
+    assert body == b"".join(real[:2]) and isinstance(error, TimeoutError)
+
+
+def test_a_real_answer_that_ends_before_the_fault_point_still_gets_the_fault() -> None:
+    real = wire.chat_stream("hi")
+    _, body, error = read(lambda: FaultyAnswer(Recorded(real), spec(kind="reset", after_frames=50), "openai-chat"))
+    assert body == b"".join(real) and isinstance(error, ConnectionResetError)

@@ -20,9 +20,9 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 if TYPE_CHECKING:
     from .relay.upstream import Answer
-
+from .body import Body
 from .rules.schema import FaultSpec
-from .sse import FrameSplitter
+from .sse import Frame, FrameSplitter
 
 IN_BODY_KINDS = frozenset({"sse_error", "response_failed", "overload_message"})
 OVERLOAD_TEXT = "Our servers are currently overloaded. Please try again later."
@@ -108,7 +108,11 @@ def error_body(api: str, status: int, message: str) -> bytes:
 
 
 class FaultyAnswer:
-    """A real upstream answer with a fault applied; read like an `UpstreamAnswer`."""
+    """A real upstream answer with a fault applied; read like a real one.
+
+    A filter between the real answer's body and its own: the real bytes are
+    piped in as they arrive, cut at the fault point, and followed by the
+    fault's ending."""
 
     def __init__(self, real: Answer, spec: FaultSpec, api: str) -> None:
         self._real = real
@@ -117,62 +121,67 @@ class FaultyAnswer:
         self._status_code = spec.status or DEFAULT_STATUS
         default = OVERLOAD_TEXT if spec.kind == "overload_message" else DEFAULT_MESSAGE
         self._message = spec.message or default
-        self._pending: list[bytes] = []  # frames released but not yet read
         self._passed = 0
         self._splitter = FrameSplitter()
         self._done = False
+        self.body = Body(producer=self)
         streaming = "text/event-stream" in real.headers.get("Content-Type", "").lower()
         if spec.kind == "http_error" or (not streaming and spec.kind in IN_BODY_KINDS):
             # an HTTP error; or, on a non-streaming answer, the same error inside a
             # 200 JSON body (as OpenRouter sends them), which a frame could not be
             self.status = self._status_code if spec.kind == "http_error" else real.status
             self.headers: Mapping[str, str] = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json"}))
-            self._pending = [error_body(api, self._status_code, self._message)]
             self._done = True
-        else:
-            self.status = real.status
-            self.headers = real.headers
-            if spec.after_frames == 0:
-                self._pending = self._ending()
+            self.body.feed(error_body(api, self._status_code, self._message))
+            self.body.end()
+            return
+        self.status = real.status
+        self.headers = real.headers
+        if spec.after_frames == 0:
+            self._fire()
+            return
+        real.body.pipe(self._on_real).add_done_callback(self._on_real_end)
 
-    def _ending(self) -> list[bytes]:
-        kind = self._spec.kind
+    def _on_real(self, chunk: bytes) -> None:
+        if self._done:
+            return
+        self._pass(self._splitter.feed(chunk))
+
+    def _on_real_end(self, finished: asyncio.Future[BaseException | None]) -> None:
+        if self._done or finished.cancelled():
+            return
+        self._pass(self._splitter.finish())
+        if not self._done:  # the real answer ended (or broke) before the fault point
+            self._fire()
+
+    def _pass(self, frames: list[Frame]) -> None:
+        out: list[bytes] = []
+        for frame in frames:
+            out.append(frame.raw)
+            self._passed += 1
+            if self._passed >= self._spec.after_frames:
+                break
+        self.body.feed(b"".join(out))
+        if self._passed >= self._spec.after_frames:
+            self._fire()
+
+    def _fire(self) -> None:
+        """The fault point: the real answer is cut here and the fault's ending follows."""
         self._done = True
-        if kind in ("reset", "stall"):
-            return []
-        return [error_frame(self._api, kind, self._status_code, self._message)]
+        kind = self._spec.kind
+        if kind == "stall":
+            return  # nothing more, ever: until a timeout or the client ends it
+        if kind == "reset":
+            self.body.end(ConnectionResetError("connection reset (switchyard fault)"))
+            return
+        self.body.feed(error_frame(self._api, kind, self._status_code, self._message))
+        self.body.end()
 
-    async def read_some(self) -> tuple[bytes, BaseException | None]:
-        while True:
-            if self._pending:
-                out = b"".join(self._pending)
-                self._pending = []
-                return out, None
-            if self._done:
-                return await self._after_frames()
-            chunk, error = await self._real.read_some()
-            frames = self._splitter.feed(chunk) if chunk else self._splitter.finish()
-            for frame in frames:
-                if self._done:
-                    break
-                self._pending.append(frame.raw)
-                self._passed += 1
-                if self._passed >= self._spec.after_frames:
-                    self._pending.extend(self._ending())
-            if error is not None or not chunk:
-                if not self._done:  # the real answer ended before the fault point
-                    self._pending.extend(self._ending())
-                if not self._pending:
-                    return await self._after_frames()
+    def pause_reading(self) -> None:
+        self._real.body.hold(True)
 
-    async def _after_frames(self) -> tuple[bytes, BaseException | None]:
-        if self._spec.kind == "reset":
-            return b"", ConnectionResetError("connection reset (switchyard fault)")
-        if self._spec.kind == "stall":
-            await asyncio.sleep(3600)  # until a timeout or the client ends it
-        return b"", None
+    def resume_reading(self) -> None:
+        self._real.body.hold(False)
 
     def close(self) -> None:
         self._real.close()
-
-

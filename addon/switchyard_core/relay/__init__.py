@@ -2,6 +2,6 @@
 
 from .exchange import AttemptRecord, Exchange, OriginalRequest
 from .server import TOKEN_HEADER, Relay
-from .upstream import UpstreamClient
+from .http1_client import UpstreamClient
 
 __all__ = ["TOKEN_HEADER", "AttemptRecord", "Exchange", "OriginalRequest", "Relay", "UpstreamClient"]

@@ -14,15 +14,14 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
-import aiohttp
+from typing import Literal
 
 from .. import observe
 from ..faults import FaultyAnswer
 from ..gate import Gate, GateStep
-from ..protocols import APIS, Api, Decision, ErrorInfo, ErrorPolicy
+from ..protocols import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
 from ..protocols.errors import http_error_info
 from ..rules import Upstream
 from .attempt_log import AttemptLog
@@ -30,9 +29,10 @@ from .client_side import ClientSink, ClientStream
 from .exchange import AttemptRecord, Exchange
 from .retry import Plan, plan_after_failure, retry_after_s
 from .silence import Silence
+from .http1_client import UpstreamClient
 from .upstream import (
     Answer,
-    UpstreamClient,
+    ConnectTimeout,
     build_request,
     client_headers,
     display_url,
@@ -94,7 +94,7 @@ class AttemptLoop:
         try:
             await self._run()
         finally:
-            await self.client.stop_keepalive()
+            self.client.stop_keepalive()
 
     async def _run(self) -> None:
         upstreams = self.route.upstreams
@@ -111,10 +111,10 @@ class AttemptLoop:
                     continue
                 if last.plan.action == "next":
                     break
-                await self._exhausted(last)
+                self._exhausted(last)
                 return
         if last is not None:
-            await self._exhausted(last)
+            self._exhausted(last)
 
     # --- one attempt ----------------------------------------------------------------
 
@@ -143,7 +143,7 @@ class AttemptLoop:
         try:
             async with asyncio.timeout(open_s):
                 answer: Answer = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s)
-        except aiohttp.ConnectionTimeoutError:
+        except ConnectTimeout:
             info = ErrorInfo(status=504, message=f"no connection within {settings.connect_timeout_s:g}s",
                              event_type="timeout", retryable_hint=True)
             return self._fail(attempt, info, timed_out=True)
@@ -152,7 +152,7 @@ class AttemptLoop:
             info = ErrorInfo(status=504, message=f"no {waiting_for} within {limit}", event_type="timeout",
                              retryable_hint=True)
             return self._fail(attempt, info, timed_out=True)
-        except (aiohttp.ClientError, OSError) as exc:
+        except OSError as exc:  # refused, unreachable, TLS, reset, not HTTP (ssl errors are OSErrors)
             return self._fail(attempt, transport_failure(exc))
 
         fault = self.exchange.faults.pick(self.route.name, upstream.name) if self.exchange.faults else None
@@ -203,7 +203,7 @@ class AttemptLoop:
         failed = self._fail(attempt, http_error_info(answer.status, body), headers=answer.headers)
         answered = self._keep(attempt, answer, body)
         if failed.plan.action == "give_up":
-            await self._forward_answered(answered, failed.info)
+            self._forward_answered(answered, failed.info)
             return None
         return failed
 
@@ -217,7 +217,7 @@ class AttemptLoop:
         while True:
             try:
                 async with asyncio.timeout_at(_loop_time(deadline)):
-                    chunk, error = await answer.read_some()
+                    chunk, error = await answer.body.read_some()
             except TimeoutError:
                 info = ErrorInfo(status=504, message=f"no complete answer within {self.settings.request_timeout_s:g}s",
                                  event_type="timeout", retryable_hint=True)
@@ -231,14 +231,14 @@ class AttemptLoop:
             if size > limit:
                 # too large to hold and check: commit and pass the rest through
                 self._commit(attempt, "body_limit")
-                await self.client.stop_keepalive()
+                self.client.stop_keepalive()
                 if self.client.headers_sent:  # a stream was promised: this is no stream
-                    await self.client.announce(attempt.upstream.name)
-                    await self.client.error_event("switchyard: the upstream answered a streaming request "
-                                                  "with a non-streaming body", "non_streaming_answer")
+                    self.client.announce(attempt.upstream.name)
+                    self.client.error_event("switchyard: the upstream answered a streaming request "
+                                            "with a non-streaming body", "non_streaming_answer")
                     return None
-                await self.client.start(answer.status, client_headers(answer.headers), attempt.upstream.name)
-                await self.client.write(b"".join(chunks))
+                self.client.start(answer.status, client_headers(answer.headers), attempt.upstream.name)
+                self.client.write(b"".join(chunks))
                 await self._pass_rest(answer)
                 return None
         body = b"".join(chunks)
@@ -252,18 +252,18 @@ class AttemptLoop:
             failed = self._fail(attempt, info, headers=answer.headers)
             answered = self._keep(attempt, answer, body)
             if failed.plan.action == "give_up":
-                await self._forward_answered(answered, info)
+                self._forward_answered(answered, info)
                 return None
             return failed
         self._commit(attempt, "body")
-        await self.client.stop_keepalive()
+        self.client.stop_keepalive()
         if self.client.headers_sent:
             # keepalive already promised a stream, and this is no stream: say so in-band
-            await self.client.announce(attempt.upstream.name)
-            await self.client.error_event("switchyard: the upstream answered a streaming request "
-                                          "with a non-streaming body", "non_streaming_answer")
+            self.client.announce(attempt.upstream.name)
+            self.client.error_event("switchyard: the upstream answered a streaming request "
+                                    "with a non-streaming body", "non_streaming_answer")
         else:
-            await self.client.send_whole(answer.status, client_headers(answer.headers), body, attempt.upstream.name)
+            self.client.send_whole(answer.status, client_headers(answer.headers), body, attempt.upstream.name)
         return None
 
     async def _stream(self, answer: Answer, attempt: _Try) -> _Failed | None:
@@ -285,98 +285,133 @@ class AttemptLoop:
 
     async def _stream_frames(self, answer: Answer, attempt: _Try, gate: Gate, silence: Silence,
                              deadline: float | None) -> _Failed | None:
+        """Staging: pull reads until the gate commits or the attempt fails."""
         settings = self.settings
-        record = attempt.record
         first_output_s = settings.first_output_timeout_s
         while True:
             # silence is bounded by idle_timeout_s before output too: a provider that
             # goes quiet behind our keepalive comments must not hold the client forever
             wait = settings.idle_timeout_s or None
-            if not gate.committed and deadline is not None:
+            if deadline is not None:
                 left = max(0.0, deadline - time.monotonic())
                 wait = left if wait is None else min(wait, left)
             silence.expect_by(wait)
             try:
-                chunk, error = await silence.wait(answer.read_some())
+                chunk, error = await silence.wait(answer.body.read_some())
             except TimeoutError:
-                if gate.committed:
-                    await self._end_cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output", "stream_stalled")
-                    return None
                 silent = deadline is None or time.monotonic() < deadline
                 what = f"nothing for {settings.idle_timeout_s:g}s" if silent else f"no output within {first_output_s:g}s"
                 info = ErrorInfo(status=504, message=what, event_type="timeout", retryable_hint=True)
                 return self._fail(attempt, info, timed_out=True)
-            committed_before = gate.committed
-            if chunk:
-                step: GateStep | None = gate.feed(chunk)
-            else:
-                step = gate.finish() if error is None else None
-                if step is not None and committed_before and not gate.complete:
-                    # an unterminated last frame of a cut stream: clients discard it,
-                    # and the in-band error below must not run into it
-                    step.emit = b""
-            if step is not None:
-                outcome = await self._apply(step, gate, answer, attempt)
-                if outcome is not _CONTINUE:
-                    return outcome  # type: ignore[return-value]
             if error is not None:
-                if not gate.committed:
-                    return self._fail(attempt, transport_failure(error))
-                if not gate.complete:
-                    await self._end_cut(record, "upstream connection broke after output", "stream_cut")
+                return self._fail(attempt, transport_failure(error))
+            step = gate.feed(chunk) if chunk else gate.finish()
+            if step.failure is not None:
+                return await self._failed_in_stream(step.failure, gate, answer, attempt)
+            self._output(step, attempt, answer)
+            if not chunk:  # the body ended with the frame that committed
+                self._ended(gate, attempt.record)
                 return None
-            if not chunk:  # end of the upstream body; finish() above committed or failed
-                if not gate.complete and not self.exchange.suppressed_failover:
-                    await self._end_cut(record, "upstream ended the stream before completing the answer", "stream_cut")
+            if gate.committed:
+                silence.close()  # from here on, _pipe bounds the silence
+                await self._forward(answer, attempt, gate)
                 return None
 
-    async def _apply(self, step: GateStep, gate: Gate, answer: Answer, attempt: _Try) -> "_Failed | None | object":
-        if step.failure is not None:
-            failed = self._fail(attempt, step.failure.error or ErrorInfo(message="failure"), headers=answer.headers)
-            if failed.plan.action != "give_up":
-                self._keep(attempt, answer, gate.held())
-                return failed
-            # the last possible attempt: the client gets it as the provider sent it
-            answered = self._keep(attempt, answer, gate.held())
-            attempt.record.phase = "forwarded"
-            self._answered(answered)
-            await self.client.stop_keepalive()
-            if not self.client.headers_sent:
-                await self.client.start(answer.status, answered.headers, attempt.upstream.name)
-            await self.client.write(gate.pass_through())
-            await self._pass_rest(answer)
-            return None
+    async def _forward(self, answer: Answer, attempt: _Try, gate: Gate) -> None:
+        """After commit: each read goes through the gate to the client inside the
+        upstream connection's own callback, with no wake-up of this task per frame."""
+        write = self.client.write
+        feed = gate.feed
+
+        def through(chunk: bytes) -> None:
+            step = feed(chunk)
+            if step.failures_after_output:
+                self._suppressed(step, attempt)
+            if step.emit:
+                write(step.emit)
+
+        end = await self._pipe(answer, through)
+        record = attempt.record
+        if end == "stalled":
+            self._end_cut(record, f"upstream sent nothing for {self.settings.idle_timeout_s:g}s after output",
+                          "stream_stalled")
+        elif end == "broke":
+            if not gate.complete:
+                self._end_cut(record, "upstream connection broke after output", "stream_cut")
+        else:
+            step = gate.finish()
+            if not gate.complete:
+                # an unterminated last frame of a cut stream: clients discard it,
+                # and the in-band error must not run into it
+                step.emit = b""
+            self._output(step, attempt, answer)
+            self._ended(gate, record)
+
+    def _ended(self, gate: Gate, record: AttemptRecord) -> None:
+        if not gate.complete and not self.exchange.suppressed_failover:
+            self._end_cut(record, "upstream ended the stream before completing the answer", "stream_cut")
+
+    async def _failed_in_stream(self, failure: Classification, gate: Gate, answer: Answer,
+                                attempt: _Try) -> _Failed | None:
+        failed = self._fail(attempt, failure.error or ErrorInfo(message="failure"), headers=answer.headers)
+        answered = self._keep(attempt, answer, gate.held())
+        if failed.plan.action != "give_up":
+            return failed
+        # the last possible attempt: the client gets it as the provider sent it
+        attempt.record.phase = "forwarded"
+        self._answered(answered)
+        self.client.stop_keepalive()
+        if not self.client.headers_sent:
+            self.client.start(answer.status, answered.headers, attempt.upstream.name)
+        self.client.write(gate.pass_through())
+        await self._pass_rest(answer)
+        return None
+
+    def _output(self, step: GateStep, attempt: _Try, answer: Answer) -> None:
         if step.committed:
             self._commit(attempt, step.first_event or "output")
-            await self.client.stop_keepalive()
+            self.client.stop_keepalive()
             if self.client.headers_sent:
-                await self.client.announce(attempt.upstream.name)
+                self.client.announce(attempt.upstream.name)
             else:
-                await self.client.start(answer.status, client_headers(answer.headers), attempt.upstream.name)
+                self.client.start(answer.status, client_headers(answer.headers), attempt.upstream.name)
+        if step.failures_after_output:
+            self._suppressed(step, attempt)
+        if step.emit:
+            self.client.write(step.emit)
+
+    def _suppressed(self, step: GateStep, attempt: _Try) -> None:
         for failure in step.failures_after_output:
             self.exchange.suppressed_failover = True
             self.log.suppressed(attempt.record, failure.error, failure.event_type)
-        if step.emit:
-            await self.client.write(step.emit)
-        return _CONTINUE
 
     async def _pass_rest(self, answer: Answer) -> None:
         """The rest of an answer forwarded as sent; if it breaks or stalls, so does the
         client's (a clean end would claim a complete answer)."""
-        while True:
-            try:
-                async with asyncio.timeout(self.settings.idle_timeout_s or None):
-                    chunk, error = await answer.read_some()
-            except TimeoutError:
-                self.client.cut()
-                return
-            if chunk:
-                await self.client.write(chunk)
-            if error is not None:
-                self.client.cut()
-                return
-            if not chunk:
-                return
+        if await self._pipe(answer, self.client.write) != "ended":
+            self.client.cut()
+
+    async def _pipe(self, answer: Answer, sink: Callable[[bytes], None]) -> Literal["ended", "broke", "stalled"]:
+        """Push the rest of `answer` into `sink` until it ends, breaks, or is silent
+        for idle_timeout_s; while the client cannot keep up, the upstream waits."""
+        idle_s = self.settings.idle_timeout_s or None
+        silence = Silence()
+        expect_by = silence.expect_by
+
+        def timed(chunk: bytes) -> None:
+            expect_by(idle_s)
+            sink(chunk)
+
+        self.client.sink.pace(answer.body)
+        silence.expect_by(idle_s)
+        try:
+            error = await silence.wait(answer.body.pipe(timed))
+        except TimeoutError:
+            return "stalled"
+        finally:
+            silence.close()
+            self.client.sink.pace(None)
+        return "ended" if error is None else "broke"
 
     # --- endings --------------------------------------------------------------------
 
@@ -402,47 +437,46 @@ class AttemptLoop:
         self.exchange.outcome = "committed"
         self.log.committed(record, first_event)
 
-    async def _end_cut(self, record: AttemptRecord, message: str, code: str) -> None:
+    def _end_cut(self, record: AttemptRecord, message: str, code: str) -> None:
         """A stream that broke after output must not look like a clean end."""
         self.exchange.outcome = code
         self.log.cut(record, code, message)
-        await self.client.error_event(f"switchyard: {message}", code)
+        self.client.error_event(f"switchyard: {message}", code)
 
-    async def _forward_answered(self, answered: _Answered, info: ErrorInfo) -> None:
+    def _forward_answered(self, answered: _Answered, info: ErrorInfo) -> None:
         self._answered(answered)
-        await self.client.stop_keepalive()
+        self.client.stop_keepalive()
         if self.client.headers_sent:
             code = info.code or info.type or "upstream_error"
-            await self.client.error_event(info.message or "upstream failed", code)
+            self.client.error_event(info.message or "upstream failed", code)
         else:
-            await self.client.send_whole(answered.status, answered.headers, answered.body, answered.record.upstream)
+            self.client.send_whole(answered.status, answered.headers, answered.body, answered.record.upstream)
 
-    async def _exhausted(self, last: _Failed) -> None:
+    def _exhausted(self, last: _Failed) -> None:
         """Nothing left to try and no upstream response open to forward."""
         self.exchange.outcome = "exhausted"
-        await self.client.stop_keepalive()
+        self.client.stop_keepalive()
         self.log.exhausted(last.info.message)
         code = "upstream_timeout" if last.timed_out else "upstream_unavailable"
         if self.client.headers_sent:
-            await self.client.error_event(f"switchyard: every upstream failed; last: {last.info.message}", code)
+            self.client.error_event(f"switchyard: every upstream failed; last: {last.info.message}", code)
         elif self._last_answered is not None:
             answered = self._last_answered
             self._answered(answered)
             self.exchange.outcome = "exhausted"
-            await self.client.send_whole(answered.status, answered.headers, answered.body, answered.record.upstream)
+            self.client.send_whole(answered.status, answered.headers, answered.body, answered.record.upstream)
         else:
             message = f"switchyard: no upstream answered; last: {last.info.message}"
-            await self.client.send_error(504 if last.timed_out else 502, message, code, self.exchange.attempts[-1].upstream)
+            self.client.send_error(504 if last.timed_out else 502, message, code, self.exchange.attempts[-1].upstream)
 
-    async def fail_internally(self, what: str) -> None:
+    def fail_internally(self, what: str) -> None:
         message = f"switchyard: internal error ({what}); see the mitmproxy log"
         if self.client.headers_sent:
-            await self.client.error_event(message, "switchyard_internal_error")
+            self.client.error_event(message, "switchyard_internal_error")
         else:
             upstream = self.exchange.attempts[-1].upstream if self.exchange.attempts else "none"
-            await self.client.send_error(502, message, "switchyard_internal_error", upstream)
+            self.client.send_error(502, message, "switchyard_internal_error", upstream)
 
-_CONTINUE = object()
 _OUTCOMES = {"retry": "retry", "next": "next_upstream", "give_up": "give_up"}
 
 

@@ -10,10 +10,10 @@ frame the upstream left open.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Protocol
 
 from ..protocols import Api
+from ..body import Body
 
 SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache")]
 KEEPALIVE_FRAME = b": switchyard keepalive\n\n"
@@ -21,16 +21,21 @@ FRAME_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
 
 
 class ClientSink(Protocol):
-    """Where the client's response goes (the relay's HTTP response)."""
+    """Where the client's response goes (the relay's HTTP response to mitmproxy).
+
+    Writes are synchronous: they are made in whatever callback produced the
+    bytes, and `pace` names the answer to pause while the client cannot keep up."""
 
     @property
     def headers_sent(self) -> bool: ...
 
-    async def start(self, status: int, headers: list[tuple[str, str]]) -> None: ...
+    def start(self, status: int, headers: list[tuple[str, str]]) -> None: ...
 
-    async def write(self, data: bytes) -> None: ...
+    def write(self, data: bytes) -> None: ...
 
-    async def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None: ...
+    def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None: ...
+
+    def pace(self, producer: Body | None) -> None: ...
 
     def abort(self) -> None: ...
 
@@ -41,8 +46,7 @@ class ClientStream:
         self.api = api
         self.attempts = 0  # shown in x-switchyard-attempts
         self._tail = b""  # the last bytes written
-        self._keepalive: asyncio.Task[None] | None = None
-        self._keepalive_due: asyncio.TimerHandle | None = None
+        self._keepalive: asyncio.TimerHandle | None = None
 
     @property
     def headers_sent(self) -> bool:
@@ -51,74 +55,52 @@ class ClientStream:
     def _ours(self, headers: list[tuple[str, str]], upstream: str) -> list[tuple[str, str]]:
         return [*headers, ("x-switchyard-upstream", upstream), ("x-switchyard-attempts", str(self.attempts))]
 
-    async def start(self, status: int, headers: list[tuple[str, str]], upstream: str) -> None:
-        await self.sink.start(status, self._ours(headers, upstream))
+    def start(self, status: int, headers: list[tuple[str, str]], upstream: str) -> None:
+        self.sink.start(status, self._ours(headers, upstream))
 
-    async def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes, upstream: str) -> None:
-        await self.sink.send_whole(status, self._ours(headers, upstream), body)
+    def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes, upstream: str) -> None:
+        self.sink.send_whole(status, self._ours(headers, upstream), body)
 
-    async def send_error(self, status: int, message: str, code: str, upstream: str) -> None:
+    def send_error(self, status: int, message: str, code: str, upstream: str) -> None:
         """A JSON error in the API's shape, as the whole answer."""
         body = self.api.error_body(message, code)
-        await self.send_whole(status, [("Content-Type", "application/json")], body, upstream)
+        self.send_whole(status, [("Content-Type", "application/json")], body, upstream)
 
-    async def write(self, data: bytes) -> None:
-        await self.sink.write(data)
-        self._tail = data[-4:]
+    def write(self, data: bytes) -> None:
+        if data:
+            self.sink.write(data)
+            self._tail = data[-4:]
 
     def cut(self) -> None:
         """A body forwarded as sent broke: end it so that the client sees a cut."""
         self.sink.abort()
 
-    async def announce(self, upstream: str) -> None:
+    def announce(self, upstream: str) -> None:
         """Headers left before the winner was known: name it in a comment."""
-        await self.write(f": switchyard upstream={upstream} attempts={self.attempts}\n\n".encode())
+        self.write(f": switchyard upstream={upstream} attempts={self.attempts}\n\n".encode())
 
-    async def error_event(self, message: str, code: str) -> None:
+    def error_event(self, message: str, code: str) -> None:
         """An in-band error in the API's shape, after whatever was written."""
         frame = self.api.error_event(message, code)
         if self._tail and not self._tail.endswith(FRAME_ENDS):
             frame = b"\n\n" + frame  # never run into a frame the upstream left open
-        await self.write(frame)
+        self.write(frame)
 
     # --- the pre-answer keepalive ----------------------------------------------------
 
     def keep_alive(self, interval_s: float) -> None:
-        """Send headers and a comment every `interval_s` until `stop_keepalive()`.
+        """Send headers and a comment every `interval_s` until `stop_keepalive()`."""
+        self._keepalive = asyncio.get_running_loop().call_later(interval_s, self._send_keepalive, interval_s)
 
-        A timer first, not a task: most answers start long before it is due."""
-        self._keepalive_due = asyncio.get_running_loop().call_later(interval_s, self._start_keepalive, interval_s)
+    def _send_keepalive(self, interval_s: float) -> None:
+        if not self.sink.headers_sent:
+            pending = [("x-switchyard-upstream", "pending"), ("x-switchyard-attempts", "pending")]
+            self.sink.start(200, [*SSE_HEADERS, *pending])
+        self.write(KEEPALIVE_FRAME)
+        self.keep_alive(interval_s)
 
-    def _start_keepalive(self, interval_s: float) -> None:
-        self._keepalive_due = None
-        self._keepalive = asyncio.create_task(self._send_keepalives(interval_s))
-
-    async def _send_keepalives(self, interval_s: float) -> None:
-        while True:
-            if not self.sink.headers_sent:
-                pending = [("x-switchyard-upstream", "pending"), ("x-switchyard-attempts", "pending")]
-                await self.sink.start(200, [*SSE_HEADERS, *pending])
-            await self.write(KEEPALIVE_FRAME)
-            await asyncio.sleep(interval_s)
-
-    async def stop_keepalive(self) -> None:
-        """Before anything else is written: keepalive writes must never interleave."""
-        if self._keepalive_due is not None:
-            self._keepalive_due.cancel()
-            self._keepalive_due = None
-        task, self._keepalive = self._keepalive, None
-        if task is None:
-            return
-        if task.done():
-            if not task.cancelled() and task.exception() is not None:
-                logging.getLogger("switchyard").debug("switchyard.keepalive_failed %r", task.exception())
-            return
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # we are being cancelled ourselves, not just the keepalive
-        except Exception:  # a write failed: the client is gone, the handler will be cancelled
-            pass
+    def stop_keepalive(self) -> None:
+        """Before anything else is written: keepalive comments must not follow the answer."""
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None

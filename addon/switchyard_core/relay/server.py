@@ -5,6 +5,11 @@ upstream.  Matched flows are therefore re-aimed at this server, which runs the
 attempt loop and answers with the winner's stream.  It listens on 127.0.0.1
 only and serves only single-use tokens the addon issued: it is never an open
 proxy.
+
+Its only client is mitmproxy, so it is a small asyncio protocol rather than a
+web framework: httptools parses the request, and each write of the answer is
+one chunk on the transport, made in whatever callback produced the bytes
+(issue 6: the relay's per-frame cost is what a user pays on every token).
 """
 
 from __future__ import annotations
@@ -12,81 +17,175 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from http import HTTPStatus
 
-from aiohttp import web
+import httptools
 
 from .. import observe
-from .attempts import AttemptLoop
 from ..faults import FaultPlan
 from ..rules import Route
+from .attempts import AttemptLoop
+from ..body import Body
 from .exchange import Exchange, OriginalRequest
-from .upstream import UpstreamClient
+from .http1_client import UpstreamClient
 
 TOKEN_HEADER = "x-switchyard-token"
+_TOKEN_HEADER = TOKEN_HEADER.encode()
+IDLE_CLOSE_S = 5.0  # mitmproxy opens a fresh relay connection per flow; idle ones go after this
+_LARGE = 64 * 1024
 
 
-class WebSink:
-    """The relay's HTTP response to mitmproxy, as the attempt loop's `ClientSink`."""
+def _head(status: int, headers: list[tuple[str, str]], framing: str) -> bytes:
+    try:
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = ""
+    lines = [f"HTTP/1.1 {status} {reason}"]
+    lines.extend(f"{name}: {value}" for name, value in headers)
+    lines.append(framing)
+    lines.append("\r\n")
+    return "\r\n".join(lines).encode("utf-8", "surrogateescape")
 
-    __slots__ = ("_request", "_response", "_aborted")
 
-    def __init__(self, request: web.BaseRequest) -> None:
-        self._request = request
-        self._response: web.StreamResponse | None = None
+class RelayConnection(asyncio.Protocol):
+    """One connection from mitmproxy.  Each request on it is one exchange; the
+    connection is also the attempt loop's `ClientSink` for that exchange's answer."""
+
+    def __init__(self, relay: "Relay") -> None:
+        self.relay = relay
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._token = ""
+        self._task: asyncio.Task[None] | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self._paused = False  # the transport's buffer is full: mitmproxy is not reading
+        self._producer: Body | None = None
+        self._sent = False
+        self._chunked = False
         self._aborted = False
+
+    # --- asyncio's side ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.relay.connections.add(self)
+        self._idle_for(IDLE_CLOSE_S)
+
+    def data_received(self, data: bytes) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.relay.connections.discard(self)
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        if self._task is not None and not self._task.done():
+            self._task.cancel()  # mitmproxy gave up on the flow: the client left
+
+    def pause_writing(self) -> None:
+        self._paused = True
+        if self._producer is not None:
+            self._producer.hold(True)
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._producer is not None:
+            self._producer.hold(False)
+
+    # --- httptools' callbacks ----------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._token = ""
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == _TOKEN_HEADER:
+            self._token = value.decode("ascii", "replace")
+
+    def on_message_complete(self) -> None:
+        # the body was recorded in the addon's request hook: it is not read again here
+        if self._task is not None:  # mitmproxy does not pipeline; anything else is not mitmproxy
+            self.abort()
+            return
+        self._sent = self._chunked = self._aborted = False
+        self._task = asyncio.get_running_loop().create_task(self._serve(self._token))
+
+    async def _serve(self, token: str) -> None:
+        try:
+            await self.relay.serve(token, self)
+        finally:
+            self._task = None
+            self._producer = None
+            if self.transport is not None and not self.transport.is_closing():
+                self._idle_for(IDLE_CLOSE_S)
+
+    def _idle_for(self, seconds: float) -> None:
+        assert self.transport is not None
+        self._idle = asyncio.get_running_loop().call_later(seconds, self.transport.close)
+
+    # --- the attempt loop's ClientSink -------------------------------------------------
 
     @property
     def headers_sent(self) -> bool:
-        return self._response is not None
+        return self._sent
 
-    async def start(self, status: int, headers: list[tuple[str, str]]) -> None:
+    def start(self, status: int, headers: list[tuple[str, str]]) -> None:
         """A streamed answer, chunked.  (Delimiting it by closing the connection, or
         announcing `Connection: close`, measured ~3 ms slower to first byte.)"""
-        response = web.StreamResponse(status=status)
-        for name, value in headers:
-            response.headers.add(name, value)
-        response.enable_chunked_encoding()
-        await response.prepare(self._request)
-        self._response = response
+        assert self.transport is not None
+        self._sent = self._chunked = True
+        self.transport.write(_head(status, headers, "Transfer-Encoding: chunked"))
 
-    async def write(self, data: bytes) -> None:
-        assert self._response is not None, "start() first"
-        await self._response.write(data)
+    def write(self, data: bytes) -> None:
+        if not data or self._aborted or self.transport is None:
+            return
+        if len(data) < _LARGE:
+            self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        else:
+            self.transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
 
-    async def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        response = web.Response(status=status, body=body)
-        response.force_close()  # relay connections are single-use: a fresh one per flow
-        for name, value in headers:
-            if name.lower() != "content-type":
-                response.headers.add(name, value)
-            else:
-                response.headers[name] = value
-        await response.prepare(self._request)
-        await response.write_eof()
-        self._response = response
+    def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        assert self.transport is not None
+        self._sent = True
+        self._chunked = False
+        head = _head(status, headers, f"Content-Length: {len(body)}")
+        if len(body) < _LARGE:
+            self.transport.write(head + body)
+        else:
+            self.transport.writelines((head, body))
+
+    def pace(self, producer: Body | None) -> None:
+        """While mitmproxy is not reading, the upstream answer being forwarded must not be either."""
+        self._producer = producer
+        if producer is not None and self._paused:
+            producer.hold(True)
 
     def abort(self) -> None:
         """End the answer without a clean end: the client must see it was cut."""
         self._aborted = True
-        if self._request.transport is not None:
-            self._request.transport.abort()
+        if self.transport is not None:
+            self.transport.abort()
 
-    async def end(self) -> web.StreamResponse:
-        if self._aborted and self._response is not None:
-            return self._response
-        if self._response is None:
-            self._response = web.Response(status=502, text="switchyard: no response")
-            await self._response.prepare(self._request)
-        await self._response.write_eof()
-        return self._response
+    def end(self) -> None:
+        if self._aborted or self.transport is None or self.transport.is_closing():
+            return
+        if not self._sent:
+            self.send_whole(502, [("Content-Type", "text/plain; charset=utf-8")], b"switchyard: no response\n")
+        elif self._chunked:
+            self.transport.write(b"0\r\n\r\n")
 
 
 class Relay:
     def __init__(self, http: UpstreamClient) -> None:
         self.http = http
         self._pending: dict[str, Exchange] = {}
-        self._runner: web.ServerRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._server: asyncio.Server | None = None
+        self.connections: set[RelayConnection] = set()
         self.port: int | None = None
         self.in_flight = 0  # exchanges being served now (switchyard.status shows it)
         self._retired: list[UpstreamClient] = []
@@ -111,38 +210,30 @@ class Relay:
         self._pending.pop(token, None)
 
     async def start(self) -> None:
-        if self._runner is not None:
+        if self._server is not None:
             return
-        # mitmproxy opens a fresh relay connection per flow; idle ones go after 5 s
-        server = web.Server(self._handle, handler_cancellation=True, access_log=None, keepalive_timeout=5)
-        self._runner = web.ServerRunner(server, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        self._site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await self._site.start()
-        sockets = self._site._server.sockets if self._site._server else []  # type: ignore[union-attr]
-        self.port = sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: RelayConnection(self), "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
         observe.emit(logging.DEBUG, "switchyard.relay_listening", port=self.port)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        self._runner = None
-        self._site = None
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            connection.abort()
+        self._server = None
         self.port = None
         for client in (*self._retired, self.http):
             await client.close()
         self._retired.clear()
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        token = request.headers.get(TOKEN_HEADER, "")
+    async def serve(self, token: str, sink: RelayConnection) -> None:
         exchange = self._pending.pop(token, None) if token else None
         if exchange is None:
-            return web.Response(status=403, text="switchyard relay: unknown or used token\n")
-        # the body was recorded in the request hook; drain it without aiohttp's
-        # 1 MiB client_max_size (long contexts and images are larger)
-        while await request.content.readany():
-            pass
-        sink = WebSink(request)
+            sink.send_whole(403, [("Content-Type", "text/plain; charset=utf-8")],
+                            b"switchyard relay: unknown or used token\n")
+            return
         loop = AttemptLoop(exchange, self.http, sink)
         self.in_flight += 1
         try:
@@ -154,7 +245,7 @@ class Relay:
         except Exception as exc:  # a bug must cost one request, never the proxy
             logging.getLogger("switchyard").exception("switchyard.internal_error route=%s", exchange.route.name)
             exchange.outcome = "internal_error"
-            await loop.fail_internally(type(exc).__name__)
+            loop.fail_internally(type(exc).__name__)
         finally:
             self.in_flight -= 1
-        return await sink.end()
+        sink.end()

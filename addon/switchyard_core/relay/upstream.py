@@ -1,25 +1,27 @@
-"""HTTP plumbing towards upstreams: building each attempt's request, opening it.
+"""Each attempt's request and answer, as data: which URL and headers an upstream
+gets, which answer headers the client gets, and how transport failures read.
 
-Kept apart from the attempt loop so that the loop reads as policy.  The
-upstream client never reads proxy settings from the environment: the user's
-HTTPS_PROXY usually points at mitmproxy itself.
+Kept apart from the attempt loop so that the loop reads as policy, and from
+`http1_client` so that these rules can be tested without a network.  Nothing
+here reads proxy settings from the environment: the user's HTTPS_PROXY usually
+points at mitmproxy itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit, parse_qsl, urlencode
 
-import aiohttp
-import certifi
 
 from ..protocols.base import ErrorInfo
 from ..rules import Upstream
+from ..body import Body
 from .exchange import OriginalRequest
 
 # Never forwarded: connection-level, recomputed, or ours.
@@ -176,55 +178,32 @@ def client_headers(upstream_headers: Mapping[str, str]) -> list[tuple[str, str]]
     ]
 
 
-async def read_some(stream: aiohttp.StreamReader) -> tuple[bytes, BaseException | None]:
-    """Next bytes of a body, and the error that ended it, if any.
+class ConnectTimeout(Exception):
+    """No connection within the route's connect_timeout_s."""
 
-    aiohttp's `readany()` raises a pending connection error before returning
-    bytes it already received; output followed at once by a reset would then
-    look like a reset before output and be replayed.  So on error, salvage
-    what was buffered first.
-    """
-    try:
-        return await stream.readany(), None
-    except (aiohttp.ClientError, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
-        buffered = getattr(stream, "_buffer", None)
-        if not buffered:
-            return b"", exc
-        offset = getattr(stream, "_buffer_offset", 0)
-        chunks = [bytes(chunk) for chunk in buffered]
-        buffered.clear()
-        if chunks and offset:
-            chunks[0] = chunks[0][offset:]
-        return b"".join(chunks), exc
+
+class ConnectionBroke(ConnectionError):
+    """The upstream closed or reset the connection, or sent something that is not HTTP.
+
+    `what` says which, without anything from the request: it is logged and shown."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
 
 
 class Answer(Protocol):
-    """An upstream's answer as the attempt loop reads it: status, headers, bytes.
+    """An upstream's answer as the attempt loop reads it: status, headers, body.
 
-    The seam where faults are injected (`faults.FaultyAnswer` wraps an
-    `UpstreamAnswer`), so the loop never knows whether a failure was real.
+    The seam where faults are injected (`faults.FaultyAnswer` wraps a real
+    answer), so the loop never knows whether a failure was real.
     """
 
     status: int
     headers: Mapping[str, str]
-
-    async def read_some(self) -> tuple[bytes, BaseException | None]: ...
+    body: Body
 
     def close(self) -> None: ...
-
-
-async def read_all(answer: Answer, limit: int) -> tuple[bytes, BaseException | None]:
-    """A whole body, refused past `limit` bytes (ValueError): it is held in memory."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        chunk, error = await answer.read_some()
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise ValueError(f"answer larger than {limit} bytes")
-        if not chunk or error is not None:
-            return b"".join(chunks), error
 
 
 async def read_bounded(answer: Answer, limit: int, timeout_s: float | None) -> bytes:
@@ -235,7 +214,7 @@ async def read_bounded(answer: Answer, limit: int, timeout_s: float | None) -> b
     try:
         async with asyncio.timeout(timeout_s or None):
             while size < limit:
-                chunk, error = await answer.read_some()
+                chunk, error = await answer.body.read_some()
                 chunks.append(chunk)
                 size += len(chunk)
                 if not chunk or error is not None:
@@ -245,98 +224,20 @@ async def read_bounded(answer: Answer, limit: int, timeout_s: float | None) -> b
     return b"".join(chunks)[:limit]
 
 
-class UpstreamAnswer:
-    """A real upstream response (aiohttp) as an `Answer`."""
-
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self.status: int = response.status
-        self.headers: Mapping[str, str] = response.headers
-
-    async def read_some(self) -> tuple[bytes, BaseException | None]:
-        return await read_some(self._response.content)
-
-    def close(self) -> None:
-        self._response.close()
-
-
-class UpstreamClient:
-    """One aiohttp session for all upstream attempts of the relay."""
-
-    def __init__(
-        self,
-        *,
-        verify: bool = True,
-        ca_file: str | None = None,
-        ca_dir: str | None = None,
-        proxy: str | None = None,
-        proxy_auth: str | None = None,
-    ) -> None:
-        self._verify = verify
-        self._ca_file = ca_file
-        self._ca_dir = ca_dir
-        self._proxy = proxy
-        self._proxy_auth = aiohttp.BasicAuth(*proxy_auth.split(":", 1)) if proxy_auth and ":" in proxy_auth else None
-        self._session: aiohttp.ClientSession | None = None
-
-    def _ssl(self) -> ssl.SSLContext | bool:
-        """Verify upstreams as mitmproxy does: its trusted CA options, else certifi's bundle."""
-        if not self._verify:
-            return False
-        if self._ca_file or self._ca_dir:
-            return ssl.create_default_context(cafile=self._ca_file, capath=self._ca_dir)
-        return ssl.create_default_context(cafile=certifi.where())
-
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=0, ttl_dns_cache=60)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                trust_env=False,
-                auto_decompress=True,
-                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-                timeout=aiohttp.ClientTimeout(total=None),
-            )
-        return self._session
-
-    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float) -> UpstreamAnswer:
-        """Send the request; returns once response headers arrived."""
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=None,
-            sock_connect=connect_timeout_s or None,
-            sock_read=None,
-        )
-        response = await self.session().request(
-            request.method,
-            request.url,
-            headers=list(request.headers),
-            data=request.body if request.body else None,
-            timeout=timeout,
-            allow_redirects=False,
-            proxy=self._proxy,
-            proxy_auth=self._proxy_auth,
-        )
-        return UpstreamAnswer(response)
-
-    async def close(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None
-
-
 def transport_failure(exc: BaseException) -> ErrorInfo:
     """A transport failure, described without anything from the request.
 
     Retryable in its own right (DESIGN §3), whatever the route's `retry_on` says."""
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+    if isinstance(exc, socket.gaierror):
         what = "name does not resolve"
-    elif isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
+    elif isinstance(exc, ssl.SSLError | ssl.CertificateError):
         what = "TLS handshake failed"
-    elif isinstance(exc, aiohttp.ClientConnectorError):
-        what = "connection refused or unreachable"
-    elif isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | ConnectionResetError):
+    elif isinstance(exc, ConnectionResetError | BrokenPipeError):
         what = "connection reset"
+    elif isinstance(exc, ConnectionBroke):
+        what = exc.what
+    elif isinstance(exc, OSError):
+        what = "connection refused or unreachable"
     else:
         what = type(exc).__name__
     return ErrorInfo(status=502, message=what, event_type="transport", retryable_hint=True)
