@@ -11,7 +11,7 @@ the stream.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .protocols.base import Classification, ErrorInfo, FrameKind, StreamClassifier
 from .protocols.errors import CAPACITY_CODES, rewrite_capacity_codes
@@ -30,7 +30,7 @@ class GateStep:
     emit: bytes = b""  # bytes for the client now
     committed: bool = False  # this step made the first commit
     failure: Classification | None = None  # a failure before output: discard the attempt
-    failures_after_output: list[Classification] = field(default_factory=list)
+    failures_after_output: tuple[Classification, ...] = ()
     first_event: str | None = None  # the frame that committed, for logs
 
 
@@ -68,6 +68,12 @@ class Gate:
 
     def feed(self, chunk: bytes) -> GateStep:
         if self._passthrough:
+            return GateStep(emit=chunk)
+        if self.committed and not self._splitter.pending and chunk.endswith(b"\n\n") \
+                and not self._classifier.worth_a_look(chunk):
+            # the hot path: whole frames of plain answer content, forwarded as one
+            # write without being split (the check on all of them at once can only
+            # say "look" more often than frame by frame, never less)
             return GateStep(emit=chunk)
         step = self._frames(self._splitter.feed(chunk))
         if step.failure is None and self._staged_size + self._splitter.pending > self._limit:
@@ -145,7 +151,7 @@ class Gate:
             return frame.raw  # plain answer content: forwarded without parsing
         result = self._classifier.classify(frame.event)
         if result.kind is FrameKind.FAILURE:
-            step.failures_after_output.append(result)
+            step.failures_after_output += (result,)
             info = result.error
             if self._rewrite and info is not None and info.code in CAPACITY_CODES:
                 return rewrite_capacity_codes(frame.raw)
