@@ -69,16 +69,19 @@ class Gate:
     def feed(self, chunk: bytes) -> GateStep:
         if self._passthrough:
             return GateStep(emit=chunk)
-        if self.committed and not self._splitter.pending and chunk.endswith(b"\n\n") \
-                and not self._classifier.worth_a_look(chunk):
-            # the hot path: whole frames of plain answer content, forwarded as one
-            # write without being split (the check on all of them at once can only
-            # say "look" more often than frame by frame, never less)
+        if self.passes(chunk):
             return GateStep(emit=chunk)
         step = self._frames(self._splitter.feed(chunk))
         if step.failure is None and self._staged_size + self._splitter.pending > self._limit:
             self._overflow(step)
         return step
+
+    def passes(self, chunk: bytes) -> bool:
+        """After commit, whether a read is whole frames of plain answer content that
+        go to the client as they came, unsplit: the hot path.  (The check on all
+        of them at once can only say "look" more often than frame by frame, never less.)"""
+        return (self.committed and not self._passthrough and not self._splitter.pending
+                and chunk.endswith(b"\n\n") and not self._classifier.worth_a_look(chunk))
 
     def _overflow(self, step: GateStep) -> None:
         """More than `staging_limit` held (an endless line, a giant frame): replay is

@@ -321,10 +321,13 @@ class AttemptLoop:
         """After commit: each read goes through the gate to the client inside the
         upstream connection's own callback, with no wake-up of this task per frame."""
         write = self.client.write
-        feed = gate.feed
+        passes = gate.passes
 
         def through(chunk: bytes) -> None:
-            step = feed(chunk)
+            if passes(chunk):
+                write(chunk)
+                return
+            step = gate.feed(chunk)
             if step.failures_after_output:
                 self._suppressed(step, attempt)
             if step.emit:
@@ -396,10 +399,10 @@ class AttemptLoop:
         for idle_timeout_s; while the client cannot keep up, the upstream waits."""
         idle_s = self.settings.idle_timeout_s or None
         silence = Silence()
-        expect_by = silence.expect_by
+        touch = silence.touch
 
         def timed(chunk: bytes) -> None:
-            expect_by(idle_s)
+            touch()
             sink(chunk)
 
         self.client.sink.pace(answer.body)

@@ -2,14 +2,16 @@
 
 `asyncio.timeout()` around every upstream read schedules and cancels a timer
 per frame: measurable on the hot path.  `Silence` keeps one timer per quiet
-period instead: each read only moves a float forward, and the timer, when it
-fires early, re-arms itself for the new due time.
+period instead: each read only moves a float forward (`touch` is one clock
+read), and the timer, when it fires early, re-arms itself for the new due time.
+Times are `time.monotonic()`, the clock asyncio's loops keep.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from time import monotonic
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -22,21 +24,26 @@ class Silence:
         assert task is not None
         self._task = task
         self._handle: asyncio.TimerHandle | None = None
-        self._due: float | None = None
+        self._span: float | None = None  # the bound; None: none
+        self._since = 0.0  # when the current quiet period began
         self._waiting = False
         self._fired = False
 
     def expect_by(self, seconds: float | None) -> None:
         """The next wait must end within `seconds` from now (None: no bound)."""
+        self._span = seconds
         if seconds is None:
-            self._due = None
             return
-        due = self._loop.time() + seconds
-        self._due = due
+        self._since = now = monotonic()
+        due = now + seconds
         if self._handle is None or self._handle.when() > due:
             if self._handle is not None:
                 self._handle.cancel()
             self._handle = self._loop.call_at(due, self._fire)
+
+    def touch(self) -> None:
+        """Something arrived: the same bound starts again from now."""
+        self._since = monotonic()
 
     async def wait(self, awaitable: Awaitable[T]) -> T:
         """Await, raising TimeoutError if the due time passes first."""
@@ -58,9 +65,9 @@ class Silence:
 
     def _fire(self) -> None:
         self._handle = None
-        due = self._due
-        if due is None:
+        if self._span is None:
             return
+        due = self._since + self._span
         if self._loop.time() < due:
             self._handle = self._loop.call_at(due, self._fire)  # moved on since: re-arm
         elif self._waiting:
