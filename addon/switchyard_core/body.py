@@ -56,7 +56,8 @@ class Body:
                 sink(chunk)
             except Exception as exc:  # a bug costs this answer, never the connection's callback
                 self._ended = True
-                finished.set_exception(exc)
+                if not finished.done():
+                    finished.set_exception(exc)
             return
         self._chunks.append(chunk)
         self._size += len(chunk)
@@ -104,16 +105,26 @@ class Body:
         it broke; it raises what `sink` raised.  Cancelling it stops the piping."""
         finished: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
         self._finished = finished
+        self._sink = sink
         if self._chunks:
             try:
-                sink(self._take())
+                sink(self._take())  # what came before, first (the sink may stop() here)
             except Exception as exc:
-                finished.set_exception(exc)
+                self._sink = None
+                if not finished.done():
+                    finished.set_exception(exc)
                 return finished
-        self._sink = sink
-        if self._ended:
+        if self._ended and not finished.done():
             finished.set_result(self._error)
         return finished
+
+    def stop(self) -> None:
+        """Stop pushing: the consumer has seen enough for now.  Later bytes are kept
+        for `read_some` or another `pipe`; the current pipe's future resolves None."""
+        self._sink = None
+        finished = self._finished
+        if finished is not None and not finished.done():
+            finished.set_result(None)
 
     def hold(self, held: bool) -> None:
         """The client cannot take more (True) or can again (False): flow control."""

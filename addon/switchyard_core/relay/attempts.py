@@ -267,6 +267,10 @@ class AttemptLoop:
         return None
 
     async def _stream(self, answer: Answer, attempt: _Try) -> _Failed | None:
+        """A streamed answer, pushed through the gate as it arrives: staged until the
+        first output, then forwarded.  Every read is handled in the upstream
+        connection's own callback; this task wakes only when the stream ends,
+        fails before output, or goes silent."""
         settings = self.settings
         record = attempt.record
         gate = Gate(
@@ -275,80 +279,79 @@ class AttemptLoop:
             rewrite_capacity_codes=settings.rewrite_capacity_codes,
         )
         record.phase = "staging"
+        idle_s = settings.idle_timeout_s or None
         first_output_s = settings.first_output_timeout_s
         deadline = record.started + first_output_s if first_output_s else None
+        body = answer.body
         silence = Silence()
-        try:
-            return await self._stream_frames(answer, attempt, gate, silence, deadline)
-        finally:
-            silence.close()
+        touch = silence.touch
+        write = self.client.write
+        passes = gate.passes
+        failures: list[Classification] = []
 
-    async def _stream_frames(self, answer: Answer, attempt: _Try, gate: Gate, silence: Silence,
-                             deadline: float | None) -> _Failed | None:
-        """Staging: pull reads until the gate commits or the attempt fails."""
-        settings = self.settings
-        first_output_s = settings.first_output_timeout_s
-        while True:
+        def staging_bound() -> None:
             # silence is bounded by idle_timeout_s before output too: a provider that
             # goes quiet behind our keepalive comments must not hold the client forever
-            wait = settings.idle_timeout_s or None
+            wait = idle_s
             if deadline is not None:
                 left = max(0.0, deadline - time.monotonic())
                 wait = left if wait is None else min(wait, left)
             silence.expect_by(wait)
-            try:
-                chunk, error = await silence.wait(answer.body.read_some())
-            except TimeoutError:
-                silent = deadline is None or time.monotonic() < deadline
-                what = f"nothing for {settings.idle_timeout_s:g}s" if silent else f"no output within {first_output_s:g}s"
-                info = ErrorInfo(status=504, message=what, event_type="timeout", retryable_hint=True)
-                return self._fail(attempt, info, timed_out=True)
-            if error is not None:
-                return self._fail(attempt, transport_failure(error))
-            step = gate.feed(chunk) if chunk else gate.finish()
-            if step.failure is not None:
-                return await self._failed_in_stream(step.failure, gate, answer, attempt)
-            self._output(step, attempt, answer)
-            if not chunk:  # the body ended with the frame that committed
-                self._ended(gate, attempt.record)
-                return None
-            if gate.committed:
-                silence.close()  # from here on, _pipe bounds the silence
-                await self._forward(answer, attempt, gate)
-                return None
-
-    async def _forward(self, answer: Answer, attempt: _Try, gate: Gate) -> None:
-        """After commit: each read goes through the gate to the client inside the
-        upstream connection's own callback, with no wake-up of this task per frame."""
-        write = self.client.write
-        passes = gate.passes
 
         def through(chunk: bytes) -> None:
-            if passes(chunk):
+            if passes(chunk):  # committed, and plain answer content: the hot path
+                touch()
                 write(chunk)
                 return
+            if gate.committed:
+                touch()
+            else:
+                staging_bound()
             step = gate.feed(chunk)
-            if step.failures_after_output:
-                self._suppressed(step, attempt)
-            if step.emit:
-                write(step.emit)
+            if step.failure is not None:  # before output: this attempt is discarded
+                failures.append(step.failure)
+                body.stop()
+                return
+            self._output(step, attempt, answer)
+            if step.committed:
+                silence.expect_by(idle_s)
 
-        end = await self._pipe(answer, through)
-        record = attempt.record
-        if end == "stalled":
-            self._end_cut(record, f"upstream sent nothing for {self.settings.idle_timeout_s:g}s after output",
-                          "stream_stalled")
-        elif end == "broke":
+        staging_bound()
+        self.client.sink.pace(body)
+        try:
+            error = await silence.wait(body.pipe(through))
+        except TimeoutError:
+            if gate.committed:
+                self._end_cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
+                              "stream_stalled")
+                return None
+            silent = deadline is None or time.monotonic() < deadline
+            what = f"nothing for {settings.idle_timeout_s:g}s" if silent else f"no output within {first_output_s:g}s"
+            info = ErrorInfo(status=504, message=what, event_type="timeout", retryable_hint=True)
+            return self._fail(attempt, info, timed_out=True)
+        finally:
+            silence.close()
+            self.client.sink.pace(None)
+        if failures:
+            return await self._failed_in_stream(failures[0], gate, answer, attempt)
+        if error is not None:
+            if not gate.committed:
+                return self._fail(attempt, transport_failure(error))
             if not gate.complete:
                 self._end_cut(record, "upstream connection broke after output", "stream_cut")
-        else:
-            step = gate.finish()
-            if not gate.complete:
-                # an unterminated last frame of a cut stream: clients discard it,
-                # and the in-band error must not run into it
-                step.emit = b""
-            self._output(step, attempt, answer)
-            self._ended(gate, record)
+            return None
+        # the upstream body ended
+        committed_before = gate.committed
+        step = gate.finish()
+        if step.failure is not None:
+            return await self._failed_in_stream(step.failure, gate, answer, attempt)
+        if committed_before and not gate.complete:
+            # an unterminated last frame of a cut stream: clients discard it,
+            # and the in-band error must not run into it
+            step.emit = b""
+        self._output(step, attempt, answer)
+        self._ended(gate, record)
+        return None
 
     def _ended(self, gate: Gate, record: AttemptRecord) -> None:
         if not gate.complete and not self.exchange.suppressed_failover:
