@@ -20,7 +20,6 @@ import asyncio
 import base64
 import ssl
 import zlib
-from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 import certifi
@@ -35,35 +34,47 @@ CONNECT_REPLY_LIMIT = 64 * 1024
 _Key = tuple[str, str, int]
 
 
-def _decoder(coding: str) -> Any:
-    coding = coding.strip().lower()
-    if coding in ("gzip", "x-gzip"):
-        return zlib.decompressobj(16 + zlib.MAX_WBITS)
-    if coding == "deflate":
-        return _Deflate()
-    return None
+class _Decoder:
+    """A gzip or deflate body, decoded as it arrives.  HTTP's "deflate" is
+    zlib-wrapped by the spec and raw in some servers: both are taken, told apart
+    by the zlib header once two bytes are in.  `complete` says whether the
+    compressed stream reached its end: a cut one must not look like a clean end."""
 
+    __slots__ = ("_inner", "_head", "_fed")
 
-class _Deflate:
-    """HTTP's "deflate" is zlib-wrapped by the spec and raw in some servers: take both."""
+    def __init__(self, coding: str) -> None:
+        self._inner = zlib.decompressobj(16 + zlib.MAX_WBITS) if coding == "gzip" else None
+        self._head = b""
+        self._fed = False
 
-    __slots__ = ("_inner", "_first")
-
-    def __init__(self) -> None:
-        self._inner = zlib.decompressobj()
-        self._first = True
+    @classmethod
+    def of(cls, content_encoding: str) -> "_Decoder | None":
+        coding = content_encoding.strip().lower()
+        if coding in ("gzip", "x-gzip"):
+            return cls("gzip")
+        if coding == "deflate":
+            return cls("deflate")
+        return None
 
     def decompress(self, data: bytes) -> bytes:
-        if self._first:
-            self._first = False
-            try:
-                return self._inner.decompress(data)
-            except zlib.error:
-                self._inner = zlib.decompressobj(-zlib.MAX_WBITS)
+        if data:
+            self._fed = True
+        if self._inner is None:
+            self._head += data
+            if len(self._head) < 2:
+                return b""
+            cmf, flg = self._head[0], self._head[1]
+            wrapped = cmf & 0x0F == 8 and (cmf * 256 + flg) % 31 == 0
+            self._inner = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
+            data, self._head = self._head, b""
         return self._inner.decompress(data)
 
     def flush(self) -> bytes:
-        return self._inner.flush()
+        return self._inner.flush() if self._inner is not None else b""
+
+    @property
+    def complete(self) -> bool:
+        return not self._fed or (self._inner is not None and self._inner.eof)
 
 
 class UpstreamAnswer:
@@ -99,7 +110,7 @@ class _Connection(asyncio.Protocol):
         self._method = ""
         self._headers: list[tuple[str, str]] = []
         self._answer: UpstreamAnswer | None = None
-        self._decoder: Any = None
+        self._decoder: _Decoder | None = None
         self._complete = False
         self._until_close = False  # a body with neither length nor chunks: it ends when the connection does
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -127,7 +138,7 @@ class _Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self.closed = True
-        self._peer_closed()
+        self._peer_closed(clean=True)
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -136,7 +147,7 @@ class _Connection(asyncio.Protocol):
             self._idle_timer.cancel()
             self._idle_timer = None
         self.client.discard(self)
-        self._peer_closed()
+        self._peer_closed(clean=exc is None)
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.closed:
@@ -163,7 +174,7 @@ class _Connection(asyncio.Protocol):
         headers = CIMultiDictProxy(CIMultiDict(self._headers))
         self._until_close = ("chunked" not in headers.get("transfer-encoding", "").lower()
                              and "content-length" not in headers and status not in (204, 304))
-        self._decoder = _decoder(headers.get("content-encoding", ""))
+        self._decoder = _Decoder.of(headers.get("content-encoding", ""))
         answer = self._answer = UpstreamAnswer(self, status, headers)
         if not self._head.done():
             self._head.set_result(answer)
@@ -195,6 +206,9 @@ class _Connection(asyncio.Protocol):
             try:
                 answer.body.feed(self._decoder.flush())
             except zlib.error:
+                self._broke("malformed compressed body")
+                return
+            if not self._decoder.complete:
                 self._broke("malformed compressed body")
                 return
         self._complete = True
@@ -293,7 +307,9 @@ class _Connection(asyncio.Protocol):
             self._answer.body.end(error)
         self.abort()
 
-    def _peer_closed(self) -> None:
+    def _peer_closed(self, *, clean: bool) -> None:
+        """The connection ended: a FIN (`clean`) or a reset.  Only a clean close
+        ends a body that has neither a length nor chunks."""
         if self._tunnel is not None and not self._tunnel.done():
             self._tunnel.set_exception(ConnectionBroke("the upstream proxy closed the connection"))
         if self._head is not None and not self._head.done():
@@ -303,16 +319,20 @@ class _Connection(asyncio.Protocol):
         if answer is None or self._complete:
             return
         self._complete = True
-        if self._until_close:
-            try:
-                tail = self._decoder.flush() if self._decoder is not None else b""
-            except zlib.error:
-                answer.body.end(ConnectionBroke("malformed compressed body"))
-                return
-            answer.body.feed(tail)
-            answer.body.end()
-        else:
+        decoder = self._decoder
+        if not (self._until_close and clean):
             answer.body.end(ConnectionBroke("connection reset"))
+            return
+        try:
+            tail = decoder.flush() if decoder is not None else b""
+        except zlib.error:
+            answer.body.end(ConnectionBroke("malformed compressed body"))
+            return
+        answer.body.feed(tail)
+        if decoder is not None and not decoder.complete:
+            answer.body.end(ConnectionBroke("connection reset"))  # the compressed stream was cut
+            return
+        answer.body.end()
 
 
 class UpstreamClient:

@@ -1,0 +1,751 @@
+"""UpstreamClient.open against real loopback servers (relay/http1_client.py).
+
+Why real sockets: the client is an asyncio Protocol fed by the kernel, and what
+matters is how it behaves when bytes arrive split, late, cut off or not at all,
+when a pooled connection dies while idle, and when the transport is paused.
+Mocking the transport would only test our idea of asyncio.  So every test
+starts a small `asyncio.start_server` on 127.0.0.1 whose handler writes exact
+scripted bytes, records the raw requests it read and counts the TCP
+connections it accepted; nothing of ours is mocked.
+
+Every network wait is bounded (`asyncio.timeout`); no test asserts how long
+anything took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import gzip
+import random
+import socket
+import struct
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Self
+
+import pytest
+
+from switchyard_core.relay.http1_client import UpstreamAnswer, UpstreamClient
+from switchyard_core.relay.upstream import ConnectionBroke, ConnectTimeout, UpstreamRequest, transport_failure
+
+WAIT_S = 5.0  # the bound on every network wait
+
+# ---------------------------------------------------------------------------
+# a scripted loopback server
+
+
+class Peer:
+    """The server's side of one accepted connection."""
+
+    def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+
+    async def read_request(self) -> bytes:
+        """One whole request (head and Content-Length body), recorded raw."""
+        async with asyncio.timeout(WAIT_S):
+            head = await self.reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            body = await self.reader.readexactly(length)
+        raw = head + body
+        self.server.requests.append(raw)
+        return raw
+
+    async def send(self, *pieces: bytes) -> None:
+        """Each piece as its own write, drained before the next."""
+        for piece in pieces:
+            self.writer.write(piece)
+            async with asyncio.timeout(WAIT_S):
+                await self.writer.drain()
+
+    async def wait_closed_by_client(self) -> None:
+        """Until the client closes its end (bounded)."""
+        async with asyncio.timeout(WAIT_S):
+            while await self.reader.read(65536):
+                pass
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+Handler = Callable[[Peer], Awaitable[None]]
+
+
+class Server:
+    """A loopback server: the n-th accepted connection runs `handlers[n]`
+    (the last one repeats).  Records accepts and raw requests."""
+
+    def __init__(self, *handlers: Handler) -> None:
+        self.handlers = handlers
+        self.accepts = 0
+        self.requests: list[bytes] = []
+        self.errors: list[Exception] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._peers: list[Peer] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Self:
+        self._server = await asyncio.start_server(self._accepted, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for peer in self._peers:
+            peer.writer.transport.abort()
+        async with asyncio.timeout(WAIT_S):
+            await self._server.wait_closed()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if exc_type is None and self.errors:  # a script that did not run as the test meant
+            raise self.errors[0]
+
+    def url(self, path: str = "/", scheme: str = "http") -> str:
+        return f"{scheme}://127.0.0.1:{self.port}{path}"
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index = self.accepts
+        self.accepts += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.append(task)
+        peer = Peer(self, reader, writer)
+        self._peers.append(peer)
+        try:
+            await self.handlers[min(index, len(self.handlers) - 1)](peer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away: some tests are about exactly that
+        except Exception as exc:  # noqa: BLE001 -- re-raised when the server stops
+            self.errors.append(exc)
+
+
+def response(status: str = "200 OK", headers: Sequence[tuple[str, str]] = (), body: bytes = b"",
+             *, length: bool = True) -> bytes:
+    """A response's bytes; with `length` a Content-Length header is added."""
+    lines = [f"HTTP/1.1 {status}", *(f"{name}: {value}" for name, value in headers)]
+    if length:
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+LAST_CHUNK = b"0\r\n\r\n"
+
+
+def chunked_head(headers: Sequence[tuple[str, str]] = ()) -> bytes:
+    return response(headers=[*headers, ("Transfer-Encoding", "chunked")], length=False)
+
+
+def answering(*replies: bytes, requests: int = 1) -> Handler:
+    """A handler that reads `requests` requests, answering each with the next reply."""
+
+    async def handle(peer: Peer) -> None:
+        for index in range(requests):
+            await peer.read_request()
+            await peer.send(replies[min(index, len(replies) - 1)])
+        await peer.wait_closed_by_client()
+
+    return handle
+
+
+# ---------------------------------------------------------------------------
+# the client's side
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[UpstreamClient]:
+    upstream = UpstreamClient()
+    yield upstream
+    await upstream.close()
+
+
+def request(url: str, method: str = "GET", headers: Sequence[tuple[str, str]] = (),
+            body: bytes = b"") -> UpstreamRequest:
+    return UpstreamRequest(method, url, tuple(headers), body)
+
+
+async def open_answer(client: UpstreamClient, url: str, method: str = "GET",
+                      headers: Sequence[tuple[str, str]] = (), body: bytes = b"",
+                      connect_timeout_s: float = WAIT_S) -> UpstreamAnswer:
+    async with asyncio.timeout(WAIT_S):
+        return await client.open(request(url, method, headers, body), connect_timeout_s=connect_timeout_s)
+
+
+async def read_all(answer: UpstreamAnswer) -> tuple[bytes, BaseException | None]:
+    """The whole body by `read_some`, and how it ended."""
+    chunks: list[bytes] = []
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            data, error = await answer.body.read_some()
+            if not data:
+                return b"".join(chunks), error
+            chunks.append(data)
+
+
+async def fetch(client: UpstreamClient, url: str) -> bytes:
+    """GET `url` and read its body to a clean end."""
+    answer = await open_answer(client, url)
+    data, error = await read_all(answer)
+    assert error is None
+    return data
+
+
+async def eventually(condition: Callable[[], bool]) -> None:
+    """Until `condition` holds (bounded)."""
+    async with asyncio.timeout(WAIT_S):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def request_head(raw: bytes) -> tuple[str, dict[str, str], bytes]:
+    """A recorded request as (request line, lower-cased headers, body)."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    line, *fields = head.decode().split("\r\n")
+    headers: dict[str, str] = {}
+    for field in fields:
+        name, _, value = field.partition(":")
+        assert name.lower() not in headers, f"duplicate header {name}"
+        headers[name.lower()] = value.strip()
+    return line, headers, body
+
+
+def free_port() -> int:
+    """A loopback port with nothing listening on it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+SSE = (b'data: {"delta":"Hel"}\n\n', b'data: {"delta":"lo"}\n\n', b"event: done\ndata: [DONE]\n\n")
+
+
+# ---------------------------------------------------------------------------
+# 1-3: bodies and their framings
+
+
+async def test_chunked_sse_body_reads_to_a_clean_end(client: UpstreamClient) -> None:
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(chunked_head([("Content-Type", "text/event-stream"), ("X-Request-Id", "req-1")]),
+                        *(chunk(frame) for frame in SSE), LAST_CHUNK)
+        await peer.wait_closed_by_client()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url("/v1/chat/completions"))
+        assert answer.status == 200
+        assert answer.headers["content-type"] == "text/event-stream"
+        assert answer.headers["CONTENT-TYPE"] == "text/event-stream"
+        assert answer.headers["x-request-id"] == "req-1"
+        assert await read_all(answer) == (b"".join(SSE), None)
+        assert await answer.body.read_some() == (b"", None)  # and stays ended
+
+
+async def test_content_length_body(client: UpstreamClient) -> None:
+    body = b'{"id":"x","choices":[]}'
+    async with Server(answering(response(headers=[("Content-Type", "application/json")], body=body))) as server:
+        answer = await open_answer(client, server.url())
+        assert (answer.status, answer.headers["Content-Length"]) == (200, str(len(body)))
+        assert await read_all(answer) == (body, None)
+        assert client.idle_connections == 1  # read to its end on keep-alive: pooled
+
+
+async def test_close_delimited_body_ends_cleanly(client: UpstreamClient) -> None:
+    pieces = (b"first part, ", b"second part, ", b"last part")
+
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(response(headers=[("Content-Type", "text/plain")], length=False), *pieces)
+        peer.close()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        assert answer.status == 200
+        assert await read_all(answer) == (b"".join(pieces), None)
+        assert client.idle_connections == 0  # its end was the connection's
+
+
+async def test_head_answer_has_no_body(client: UpstreamClient) -> None:
+    async with Server(answering(response(headers=[("Content-Length", "42")], length=False))) as server:
+        answer = await open_answer(client, server.url(), "HEAD")
+        assert (answer.status, answer.headers["content-length"]) == (200, "42")
+        assert await read_all(answer) == (b"", None)
+        assert request_head(server.requests[0])[0] == "HEAD / HTTP/1.1"
+
+
+async def test_no_content_answer_ends_at_once_and_keeps_the_connection(client: UpstreamClient) -> None:
+    replies = (response("204 No Content", length=False), response(body=b"after"))
+    async with Server(answering(*replies, requests=2)) as server:
+        answer = await open_answer(client, server.url())
+        assert answer.status == 204
+        assert await read_all(answer) == (b"", None)
+        assert await fetch(client, server.url()) == b"after"
+        assert server.accepts == 1
+
+
+def _gzip(data: bytes) -> bytes:
+    return gzip.compress(data)
+
+
+def _zlib_deflate(data: bytes) -> bytes:
+    return zlib.compress(data)
+
+
+def _raw_deflate(data: bytes) -> bytes:
+    compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush()
+
+
+@pytest.mark.parametrize("coding, compress", [
+    pytest.param("gzip", _gzip, id="gzip"),
+    pytest.param("deflate", _zlib_deflate, id="deflate-zlib"),
+    pytest.param("deflate", _raw_deflate, id="deflate-raw"),
+])
+@pytest.mark.parametrize("split", [
+    pytest.param(lambda data: [data], id="one-chunk"),
+    pytest.param(lambda data: [data[:1], data[1:]], id="first-byte-alone"),
+    pytest.param(lambda data: [data[i:i + 7] for i in range(0, len(data), 7)], id="7-byte-chunks"),
+])
+async def test_compressed_body_is_decoded(client: UpstreamClient, coding: str, compress: Callable[[bytes], bytes],
+                                          split: Callable[[bytes], list[bytes]]) -> None:
+    plain = b"".join(b'data: {"n":%d,"text":"compressible text"}\n\n' % n for n in range(50))
+    encoded = compress(plain)
+
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(chunked_head([("Content-Encoding", coding)]) + b"".join(chunk(p) for p in split(encoded))
+                        + LAST_CHUNK)
+        await peer.wait_closed_by_client()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        assert await read_all(answer) == (plain, None)
+
+
+@pytest.mark.parametrize("coding, compress", [
+    pytest.param("gzip", _gzip, id="gzip"),
+    pytest.param("deflate", _raw_deflate, id="deflate-raw"),
+])
+async def test_compressed_close_delimited_body_is_decoded(client: UpstreamClient, coding: str,
+                                                          compress: Callable[[bytes], bytes]) -> None:
+    plain = b"plain text, " * 200
+
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(response(headers=[("Content-Encoding", coding)], length=False) + compress(plain))
+        peer.close()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        assert await read_all(answer) == (plain, None)
+
+
+async def test_corrupt_compressed_body_breaks(client: UpstreamClient) -> None:
+    async with Server(answering(response(headers=[("Content-Encoding", "gzip")], body=b"not gzip at all"))) as server:
+        answer = await open_answer(client, server.url())
+        data, error = await read_all(answer)
+        assert data == b""
+        assert isinstance(error, ConnectionBroke)
+        assert error.what == "malformed compressed body"
+
+
+# ---------------------------------------------------------------------------
+# 4-6: broken answers
+
+
+@pytest.mark.parametrize("head, sent, received", [
+    pytest.param(chunked_head(), chunk(b"hello ") + b"a\r\nwor", b"hello wor", id="chunked-mid-chunk"),
+    pytest.param(response(headers=[("Content-Length", "100")], length=False),
+                 b"only ten b", b"only ten b", id="content-length-short"),
+])
+async def test_body_cut_by_the_server(client: UpstreamClient, head: bytes, sent: bytes, received: bytes) -> None:
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(head, sent)
+        peer.close()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        data, error = await read_all(answer)
+        assert data == received  # what arrived comes first ...
+        assert isinstance(error, ConnectionBroke)  # ... then the break, never a clean end
+        assert transport_failure(error).message == "connection reset"
+        assert await answer.body.read_some() == (b"", error)
+        assert client.idle_connections == 0
+
+
+async def test_close_delimited_body_cut_by_a_reset_is_not_a_clean_end(client: UpstreamClient) -> None:
+    """Without a length, a FIN ends the body; a RST (ECONNRESET) does not: it is a cut."""
+    headers_read = asyncio.Event()
+    sent = b"the first part of a longer answer"
+
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(response(length=False), sent)
+        async with asyncio.timeout(WAIT_S):
+            await headers_read.wait()
+        peer.writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.writer.transport.abort()  # linger 0: the close is a RST
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        headers_read.set()
+        data, error = await read_all(answer)
+        assert sent.startswith(data)
+        assert isinstance(error, ConnectionBroke), f"a reset ended the body cleanly after {data!r}"
+        assert transport_failure(error).message == "connection reset"
+
+
+async def test_close_delimited_gzip_body_cut_mid_stream_is_not_a_clean_end(client: UpstreamClient) -> None:
+    """Without a length, only gzip's own end marker tells a whole body from a cut one."""
+    plain = b"hello world " * 100
+    encoded = gzip.compress(plain)
+
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(response(headers=[("Content-Encoding", "gzip")], length=False), encoded[:len(encoded) // 2])
+        peer.close()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        data, error = await read_all(answer)
+        assert plain.startswith(data)
+        assert isinstance(error, ConnectionBroke), f"half a gzip stream ended cleanly after {len(data)} bytes"
+        assert error.what in ("connection reset", "malformed compressed body")
+
+
+async def test_server_closes_before_answering(client: UpstreamClient) -> None:
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        peer.close()
+
+    async with Server(handle) as server:
+        with pytest.raises(ConnectionBroke) as caught:
+            await open_answer(client, server.url())
+        assert transport_failure(caught.value).message == "connection reset"
+        assert server.accepts == 1  # a fresh connection is not retried
+
+
+async def test_connection_refused(client: UpstreamClient) -> None:
+    with pytest.raises(OSError) as caught:
+        await open_answer(client, f"http://127.0.0.1:{free_port()}/")
+    assert not isinstance(caught.value, ConnectionBroke)
+    assert transport_failure(caught.value).message == "connection refused or unreachable"
+
+
+@pytest.mark.parametrize("garbage", [
+    pytest.param(b"SSH-2.0-OpenSSH_9.6\r\n", id="ssh-banner"),
+    pytest.param(b"\x15\x03\x03\x00\x02\x02\x46", id="tls-alert"),
+    pytest.param(b"HTTP/1.1 2x0 OK\r\n\r\n", id="bad-status"),
+    pytest.param(b"HTTP/1.1 200 OK\r\nNo colon here\r\n\r\n", id="bad-header"),
+])
+async def test_garbage_instead_of_http(client: UpstreamClient, garbage: bytes) -> None:
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(garbage)
+        await peer.wait_closed_by_client()  # no close from here: the garbage alone must be enough
+
+    async with Server(handle) as server:
+        with pytest.raises(ConnectionBroke) as caught:
+            await open_answer(client, server.url())
+        assert caught.value.what == "malformed HTTP response"
+        assert transport_failure(caught.value).message == "malformed HTTP response"
+
+
+# ---------------------------------------------------------------------------
+# 7: interim answers
+
+
+INTERIM = (b"HTTP/1.1 100 Continue\r\n\r\n",
+           b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+
+
+@pytest.mark.parametrize("together", [pytest.param(True, id="one-write"), pytest.param(False, id="separate-writes")])
+async def test_interim_answers_are_skipped(client: UpstreamClient, together: bool) -> None:
+    final = response("201 Created", [("X-Final", "yes")], b"the real answer")
+
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        if together:
+            await peer.send(b"".join([*INTERIM, final]))
+        else:
+            await peer.send(*INTERIM, final)
+        await peer.wait_closed_by_client()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url(), "POST", body=b"{}")
+        assert answer.status == 201
+        assert answer.headers["x-final"] == "yes"
+        assert "link" not in answer.headers  # the 103's headers are not the answer's
+        assert await read_all(answer) == (b"the real answer", None)
+
+
+# ---------------------------------------------------------------------------
+# 8: keep-alive pooling
+
+
+async def test_sequential_requests_share_one_connection(client: UpstreamClient) -> None:
+    replies = (response(body=b"first"), response(body=b"second"), response(body=b"third"))
+    async with Server(answering(*replies, requests=3)) as server:
+        assert [await fetch(client, server.url(f"/{n}")) for n in range(3)] == [b"first", b"second", b"third"]
+        assert server.accepts == 1
+        assert [request_head(raw)[0] for raw in server.requests] == [f"GET /{n} HTTP/1.1" for n in range(3)]
+
+
+async def test_connection_close_answer_is_not_reused(client: UpstreamClient) -> None:
+    async with Server(answering(response(headers=[("Connection", "close")], body=b"bye"))) as server:
+        assert await fetch(client, server.url()) == b"bye"
+        assert client.idle_connections == 0
+        assert await fetch(client, server.url()) == b"bye"
+        assert server.accepts == 2
+
+
+async def test_pooled_connection_closed_while_idle_is_replaced(client: UpstreamClient) -> None:
+    async def answer_then_close(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(response(body=b"first"))
+        peer.close()  # an idle keep-alive connection the server drops
+
+    async with Server(answer_then_close, answering(response(body=b"second"))) as server:
+        assert await fetch(client, server.url()) == b"first"
+        await eventually(lambda: client.idle_connections == 0)  # the client saw the close
+        assert await fetch(client, server.url()) == b"second"
+        assert server.accepts == 2
+
+
+async def test_pooled_connection_closed_on_the_next_request_is_retried_once(client: UpstreamClient) -> None:
+    """The race a pool cannot avoid: the server closes the idle connection as the
+    next request goes out.  Nothing was received, so the request is sent again,
+    once, on a fresh connection."""
+
+    async def answer_once_then_drop(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(response(body=b"first"))
+        await peer.read_request()
+        peer.close()  # read the second request, never answered it
+
+    async with Server(answer_once_then_drop, answering(response(body=b"second"))) as server:
+        assert await fetch(client, server.url("/one")) == b"first"
+        answer = await open_answer(client, server.url("/two"), "POST", body=b"payload")
+        assert await read_all(answer) == (b"second", None)
+        assert server.accepts == 2
+        assert len(server.requests) == 3 and server.requests[1] == server.requests[2]
+
+
+async def test_pooled_connection_broken_after_answer_bytes_is_not_retried(client: UpstreamClient) -> None:
+    async def answer_once_then_half_answer(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(response(body=b"first"))
+        await peer.read_request()
+        await peer.send(b"HTTP/1.1 200 OK\r\nContent-")
+        peer.close()
+
+    async with Server(answer_once_then_half_answer, answering(response(body=b"never"))) as server:
+        assert await fetch(client, server.url()) == b"first"
+        with pytest.raises(ConnectionBroke) as caught:
+            await open_answer(client, server.url(), "POST", body=b"payload")
+        assert caught.value.what == "connection reset"
+        assert server.accepts == 1  # the upstream may have acted on it: not sent twice
+
+
+# ---------------------------------------------------------------------------
+# 9: pipe
+
+
+async def test_pipe_delivers_the_rest_of_the_body(client: UpstreamClient) -> None:
+    go_on = asyncio.Event()
+    later = (b"part two, ", b"part three")
+
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(chunked_head() + chunk(b"part one, "))
+        async with asyncio.timeout(WAIT_S):
+            await go_on.wait()
+        await peer.send(*(chunk(piece) for piece in later), LAST_CHUNK)
+        await peer.wait_closed_by_client()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        received: list[bytes] = []
+        finished = answer.body.pipe(received.append)
+        go_on.set()
+        async with asyncio.timeout(WAIT_S):
+            assert await finished is None
+        assert b"".join(received) == b"part one, part two, part three"
+
+
+async def test_pipe_reports_a_cut(client: UpstreamClient) -> None:
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(chunked_head(), chunk(b"partial"))
+        peer.close()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        received: list[bytes] = []
+        async with asyncio.timeout(WAIT_S):
+            error = await answer.body.pipe(received.append)
+        assert isinstance(error, ConnectionBroke) and error.what == "connection reset"
+        assert b"".join(received) == b"partial"
+
+
+async def test_pipe_raises_what_the_sink_raised(client: UpstreamClient) -> None:
+    go_on = asyncio.Event()
+
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(chunked_head())
+        async with asyncio.timeout(WAIT_S):
+            await go_on.wait()
+        await peer.send(chunk(b"boom"), LAST_CHUNK)
+        await peer.wait_closed_by_client()
+
+    def sink(data: bytes) -> None:
+        raise RuntimeError(f"sink refused {data!r}")
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        finished = answer.body.pipe(sink)
+        go_on.set()
+        with pytest.raises(RuntimeError, match="sink refused b'boom'"):
+            async with asyncio.timeout(WAIT_S):
+                await finished
+
+
+# ---------------------------------------------------------------------------
+# 10: flow control
+
+
+async def test_hold_pauses_reading_and_release_delivers_everything(client: UpstreamClient) -> None:
+    size = 8 * 1024 * 1024  # far more than the kernel buffers on both sides hold for a reader that stopped
+    body = random.Random(6).randbytes(size)
+    written = asyncio.Event()
+
+    async def handle(peer: Peer) -> None:
+        sock = peer.writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)  # no autotuning on our side
+        await peer.read_request()
+        peer.writer.write(response(body=body))
+        async with asyncio.timeout(4 * WAIT_S):
+            await peer.writer.drain()
+        written.set()
+        await peer.wait_closed_by_client()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        answer.body.hold(True)
+        held: list[bytes] = []
+        with contextlib.suppress(TimeoutError):  # what was already in flight, then nothing more
+            while True:
+                async with asyncio.timeout(0.5):
+                    data, error = await answer.body.read_some()
+                assert error is None and data, "the body ended while held"
+                held.append(data)
+        assert sum(map(len, held)) < size // 2
+        assert not written.is_set()  # the server is blocked on its write
+
+        answer.body.hold(False)
+        rest, error = await read_all(answer)
+        assert error is None
+        assert b"".join(held) + rest == body
+        async with asyncio.timeout(WAIT_S):
+            await written.wait()
+
+
+# ---------------------------------------------------------------------------
+# 11: connect timeout includes the TLS handshake
+
+
+async def test_tls_handshake_that_never_completes_is_a_connect_timeout(client: UpstreamClient) -> None:
+    dropped = asyncio.Event()
+
+    async def silent(peer: Peer) -> None:
+        await peer.wait_closed_by_client()  # accept, never answer the ClientHello
+        dropped.set()
+
+    async with Server(silent) as server:
+        with pytest.raises(ConnectTimeout, match="no connection within 0.3s"):
+            await open_answer(client, server.url(scheme="https"), connect_timeout_s=0.3)
+        assert server.accepts == 1  # TCP connected: it was the handshake that never finished
+        async with asyncio.timeout(WAIT_S):
+            await dropped.wait()  # and the half-open connection was closed, not leaked
+
+
+# ---------------------------------------------------------------------------
+# 12: request serialization
+
+
+async def test_request_is_serialized_exactly(client: UpstreamClient) -> None:
+    body = '{"model":"m","prompt":"héllo"}'.encode()
+    async with Server(answering(response(body=b"ok"), requests=2)) as server:
+        answer = await open_answer(client, server.url("/v1/chat/completions?stream=true"), "POST",
+                                   [("Content-Type", "application/json"), ("X-Trace", "a b, c")], body)
+        assert await read_all(answer) == (b"ok", None)
+        line, headers, sent = request_head(server.requests[0])
+        assert line == "POST /v1/chat/completions?stream=true HTTP/1.1"
+        assert headers["host"] == f"127.0.0.1:{server.port}"
+        assert headers["content-length"] == str(len(body))
+        assert headers["content-type"] == "application/json"
+        assert headers["x-trace"] == "a b, c"
+        assert "proxy-authorization" not in headers
+        assert sent == body
+
+        await fetch(client, server.url(""))
+        line, headers, sent = request_head(server.requests[1])
+        assert line == "GET / HTTP/1.1"  # an empty path is "/"
+        assert "content-length" not in headers and sent == b""
+
+
+async def test_large_request_body_is_sent_whole(client: UpstreamClient) -> None:
+    body = random.Random(12).randbytes(300 * 1024)
+    async with Server(answering(response(body=b"ok"))) as server:
+        answer = await open_answer(client, server.url("/upload"), "PUT", body=body)
+        assert await read_all(answer) == (b"ok", None)
+        assert request_head(server.requests[0])[2] == body
+
+
+@pytest.mark.parametrize("name, value", [
+    pytest.param("X-Note", "ok\r\nX-Injected: 1", id="crlf-in-value"),
+    pytest.param("X-Note", "ok\nX-Injected: 1", id="lf-in-value"),
+    pytest.param("X-Note", "ok\rX-Injected: 1", id="cr-in-value"),
+    pytest.param("X-Bad\r\nX-Injected", "1", id="crlf-in-name"),
+])
+async def test_header_with_a_line_break_is_refused_before_sending(client: UpstreamClient, name: str,
+                                                                   value: str) -> None:
+    async with Server(answering(response(body=b"ok"))) as server:
+        with pytest.raises(ValueError):
+            await open_answer(client, server.url(), "POST", [(name, value)], b"{}")
+        await asyncio.sleep(0.2)  # a connection made anyway would have been accepted by now
+        assert server.accepts == 0 and server.requests == []
+
+
+# ---------------------------------------------------------------------------
+# 13: upstream proxy
+
+
+async def test_http_through_an_upstream_proxy_uses_absolute_form_with_credentials() -> None:
+    target_port = free_port()  # never contacted: the proxy answers
+    async with Server(answering(response(body=b"via proxy"))) as proxy:
+        client = UpstreamClient(proxy=f"http://127.0.0.1:{proxy.port}", proxy_auth="user:pw")
+        try:
+            answer = await open_answer(client, f"http://127.0.0.1:{target_port}/path?q=1", "POST",
+                                       [("Content-Type", "application/json")], b'{"a":1}')
+            assert await read_all(answer) == (b"via proxy", None)
+        finally:
+            await client.close()
+        line, headers, sent = request_head(proxy.requests[0])
+        assert line == f"POST http://127.0.0.1:{target_port}/path?q=1 HTTP/1.1"
+        assert headers["proxy-authorization"] == "Basic " + base64.b64encode(b"user:pw").decode()
+        assert headers["proxy-authorization"] == "Basic dXNlcjpwdw=="
+        assert headers["host"] == f"127.0.0.1:{target_port}"
+        assert sent == b'{"a":1}'
