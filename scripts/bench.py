@@ -628,11 +628,11 @@ def machine() -> dict[str, Any]:
     except Exception:
         mitm_version = "unknown"
     try:
-        import aiohttp
+        import httptools
 
-        aiohttp_version = aiohttp.__version__
+        httptools_version = httptools.__version__
     except Exception:
-        aiohttp_version = "unknown"
+        httptools_version = "unknown"
     try:
         affinity = len(os.sched_getaffinity(0))
     except OSError:
@@ -644,7 +644,7 @@ def machine() -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "mitmproxy": mitm_version,
-        "aiohttp": aiohttp_version,
+        "httptools": httptools_version,
     }
 
 
@@ -1424,7 +1424,7 @@ def main(argv: list[str]) -> int:
         print("## Switchyard benchmark")
         print()
         print(f"Machine: {info['cpu_model']}, {info['cores']} cores ({info['cores_usable']} usable), Linux {info['kernel']}, "
-              f"Python {info['python']}, mitmproxy {info['mitmproxy']}, aiohttp {info['aiohttp']}")
+              f"Python {info['python']}, mitmproxy {info['mitmproxy']}, httptools {info['httptools']}")
         try:
             python = os.path.relpath(sys.executable)
         except ValueError:

@@ -178,3 +178,32 @@ def test_a_cut_with_several_choices_is_not_mistaken_for_a_complete_stream() -> N
     g = gate()
     g.feed(chunk(0, {"content": "a"}) + chunk(1, {"content": "b"}) + chunk(0, {}, "stop") + chunk(1, {}, "stop"))
     assert g.complete
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=st.lists(st.text(min_size=1, max_size=8), min_size=2, max_size=8),
+    errors_at=st.lists(st.integers(min_value=1, max_value=7), max_size=3),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=12),
+)
+def test_after_output_whole_reads_and_frame_by_frame_reads_see_the_same_stream(
+        words: list[str], errors_at: list[int], cuts: list[int]) -> None:
+    """After commit, a read of whole plain-content frames passes unsplit (the hot
+    path); it must notice every failure and the end exactly as frame-by-frame does."""
+    frames = wire.chat_stream(" ".join(words))  # role, words..., finish, [DONE]
+    for index in sorted(set(errors_at), reverse=True):
+        frames.insert(min(index + 1, len(frames) - 2), wire.chat_error("server_is_overloaded", "later"))
+    data = b"".join(frames)
+    results = []
+    for chunks in (chunked(data, cuts), [data], frames):
+        g = gate(rewrite=False)
+        out, suppressed = b"", 0
+        for chunk in chunks:
+            step = g.feed(chunk)
+            assert step.failure is None
+            out += step.emit
+            suppressed += len(step.failures_after_output)
+        out += g.finish().emit
+        results.append((out, suppressed, g.complete))
+    expected_errors = sum(1 for f in frames if f.startswith(b"data: {\"error\"") or b'"error":{' in f)
+    assert results[0] == results[1] == results[2] == (data, expected_errors, True)
