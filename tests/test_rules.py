@@ -95,6 +95,21 @@ def test_unset_variable_skips_the_upstream_with_one_warning(tmp_path: Path, monk
     assert rules.warnings == (f"{path}:8: upstream 'backup' skipped: ${{SWY_MISSING}} is not set",)
 
 
+def test_a_variable_holding_a_line_break_skips_the_upstream_and_never_reaches_a_header(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWY_NEWLINE_KEY", "sk-from-a-file\n")
+    path = write(tmp_path, MINIMAL + """\
+      - name: backup
+        url: https://backup.example.com/v1/chat/completions
+        auth: {header: Authorization, value: "Bearer ${SWY_NEWLINE_KEY}"}
+""")
+    rules = load_rules(path)
+    assert [u.name for u in rules.routes[0].upstreams] == ["openai"]
+    assert rules.warnings == (f"{path}:8: upstream 'backup' skipped: ${{SWY_NEWLINE_KEY}} holds a line break or NUL "
+                              "(a key read from a file with its newline?)",)
+    assert "sk-from-a-file" not in " ".join(rules.warnings)
+
+
 def test_route_match_globs(tmp_path: Path) -> None:
     rules = load_rules(write(tmp_path, MINIMAL.replace("{path: /v1/chat/completions}", '{host: "*.openai.com", path: /v1/chat/completions, model: "gpt-4o*"}')))
     route = rules.routes[0]

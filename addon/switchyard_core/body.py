@@ -81,6 +81,11 @@ class Body:
     def ended(self) -> bool:
         return self._ended
 
+    @property
+    def held(self) -> bool:
+        """Paused because the client cannot take more (see `hold`)."""
+        return self._held
+
     # --- the consumer's side -----------------------------------------------------------
 
     async def read_some(self) -> tuple[bytes, BaseException | None]:

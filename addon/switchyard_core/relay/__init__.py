@@ -2,6 +2,6 @@
 
 from .exchange import AttemptRecord, Exchange, OriginalRequest
 from .server import TOKEN_HEADER, Relay
-from .http1_client import UpstreamClient
+from .upstream_client import UpstreamClient
 
 __all__ = ["TOKEN_HEADER", "AttemptRecord", "Exchange", "OriginalRequest", "Relay", "UpstreamClient"]

@@ -29,7 +29,7 @@ from .client_side import ClientSink, ClientStream
 from .exchange import AttemptRecord, Exchange
 from .retry import Plan, plan_after_failure, retry_after_s
 from .silence import Silence
-from .http1_client import UpstreamClient
+from .upstream_client import UpstreamClient
 from .upstream import (
     Answer,
     ConnectTimeout,
@@ -62,6 +62,7 @@ class _Answered:
     headers: list[tuple[str, str]]
     body: bytes
     record: AttemptRecord
+    complete: bool = True  # False: the body broke off, stalled or passed the limit while it was read
 
 
 @dataclass(slots=True)
@@ -199,9 +200,10 @@ class AttemptLoop:
 
     async def _http_failure(self, answer: Answer, attempt: _Try) -> _Failed | None:
         settings = self.settings
-        body = await read_bounded(answer, ERROR_BODY_LIMIT, settings.headers_timeout_s or settings.request_timeout_s)
+        body, complete = await read_bounded(answer, ERROR_BODY_LIMIT,
+                                            settings.headers_timeout_s or settings.request_timeout_s)
         failed = self._fail(attempt, http_error_info(answer.status, body), headers=answer.headers)
-        answered = self._keep(attempt, answer, body)
+        answered = self._keep(attempt, answer, body, complete=complete)
         if failed.plan.action == "give_up":
             self._forward_answered(answered, failed.info)
             return None
@@ -283,7 +285,7 @@ class AttemptLoop:
         first_output_s = settings.first_output_timeout_s
         deadline = record.started + first_output_s if first_output_s else None
         body = answer.body
-        silence = Silence()
+        silence = Silence(excused=lambda: body.held)
         touch = silence.touch
         write = self.client.write
         passes = gate.passes
@@ -401,7 +403,7 @@ class AttemptLoop:
         """Push the rest of `answer` into `sink` until it ends, breaks, or is silent
         for idle_timeout_s; while the client cannot keep up, the upstream waits."""
         idle_s = self.settings.idle_timeout_s or None
-        silence = Silence()
+        silence = Silence(excused=lambda: answer.body.held)
         touch = silence.touch
 
         def timed(chunk: bytes) -> None:
@@ -421,9 +423,9 @@ class AttemptLoop:
 
     # --- endings --------------------------------------------------------------------
 
-    def _keep(self, attempt: _Try, answer: Answer, body: bytes) -> _Answered:
+    def _keep(self, attempt: _Try, answer: Answer, body: bytes, *, complete: bool = True) -> _Answered:
         """Remember a failed answer: for exhaustion, and to show the attempt in mitmweb."""
-        answered = _Answered(answer.status, client_headers(answer.headers), body, attempt.record)
+        answered = _Answered(answer.status, client_headers(answer.headers), body, attempt.record, complete)
         self._last_answered = answered
         attempt.record.answer = (answered.status, answered.headers, answered.body)
         return answered
@@ -456,7 +458,17 @@ class AttemptLoop:
             code = info.code or info.type or "upstream_error"
             self.client.error_event(info.message or "upstream failed", code)
         else:
+            self._send_answered(answered)
+
+    def _send_answered(self, answered: _Answered) -> None:
+        """A failed answer as the provider sent it; one that broke off while it was
+        read reaches the client broken off too, never with a length claiming it whole."""
+        if answered.complete:
             self.client.send_whole(answered.status, answered.headers, answered.body, answered.record.upstream)
+            return
+        self.client.start(answered.status, answered.headers, answered.record.upstream)
+        self.client.write(answered.body)
+        self.client.cut()
 
     def _exhausted(self, last: _Failed) -> None:
         """Nothing left to try and no upstream response open to forward."""
@@ -470,7 +482,7 @@ class AttemptLoop:
             answered = self._last_answered
             self._answered(answered)
             self.exchange.outcome = "exhausted"
-            self.client.send_whole(answered.status, answered.headers, answered.body, answered.record.upstream)
+            self._send_answered(answered)
         else:
             message = f"switchyard: no upstream answered; last: {last.info.message}"
             self.client.send_error(504 if last.timed_out else 502, message, code, self.exchange.attempts[-1].upstream)

@@ -27,11 +27,12 @@ from ..rules import Route
 from .attempts import AttemptLoop
 from ..body import Body
 from .exchange import Exchange, OriginalRequest
-from .http1_client import UpstreamClient
+from .upstream_client import UpstreamClient
 
 TOKEN_HEADER = "x-switchyard-token"
 _TOKEN_HEADER = TOKEN_HEADER.encode()
-IDLE_CLOSE_S = 5.0  # mitmproxy opens a fresh relay connection per flow; idle ones go after this
+IDLE_CLOSE_S = 5.0  # an idle relay connection goes after this (mitmproxy opens another when it needs one)
+REQUEST_READ_S = 30.0  # a request mitmproxy began must be complete within this
 _LARGE = 64 * 1024
 
 
@@ -57,7 +58,8 @@ class RelayConnection(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self)
         self._token = ""
         self._task: asyncio.Task[None] | None = None
-        self._idle: asyncio.TimerHandle | None = None
+        self._idle: asyncio.TimerHandle | None = None  # closes the connection if nothing completes in time
+        self._reading = False  # a request has begun and not yet ended
         self._paused = False  # the transport's buffer is full: mitmproxy is not reading
         self._producer: Body | None = None
         self._sent = False
@@ -72,9 +74,12 @@ class RelayConnection(asyncio.Protocol):
         self._idle_for(IDLE_CLOSE_S)
 
     def data_received(self, data: bytes) -> None:
-        if self._idle is not None:
+        if self._idle is not None and not self._reading:
+            # a request began: it must also end, or the connection goes (never
+            # a slow trickle holding it open)
             self._idle.cancel()
-            self._idle = None
+            self._reading = True
+            self._idle_for(REQUEST_READ_S)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError:
@@ -112,6 +117,10 @@ class RelayConnection(asyncio.Protocol):
         if self._task is not None:  # mitmproxy does not pipeline; anything else is not mitmproxy
             self.abort()
             return
+        self._reading = False
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
         self._sent = self._chunked = self._aborted = False
         self._task = asyncio.get_running_loop().create_task(self._serve(self._token))
 

@@ -10,7 +10,7 @@ Times are `time.monotonic()`, the clock asyncio's loops keep.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from time import monotonic
 from typing import TypeVar
 
@@ -18,7 +18,10 @@ T = TypeVar("T")
 
 
 class Silence:
-    def __init__(self) -> None:
+    def __init__(self, excused: Callable[[], bool] | None = None) -> None:
+        """`excused`: while it says True, quiet is not silence (the upstream was
+        paused because the client is not keeping up: that is not its fault)."""
+        self._excused = excused
         self._loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
@@ -68,8 +71,12 @@ class Silence:
         if self._span is None:
             return
         due = self._since + self._span
-        if self._loop.time() < due:
+        now = self._loop.time()
+        if now < due:
             self._handle = self._loop.call_at(due, self._fire)  # moved on since: re-arm
+        elif self._excused is not None and self._excused():
+            self._since = now  # the quiet period starts again once the client catches up
+            self._handle = self._loop.call_at(now + self._span, self._fire)
         elif self._waiting:
             self._fired = True
             self._task.cancel()

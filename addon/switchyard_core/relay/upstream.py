@@ -2,7 +2,7 @@
 gets, which answer headers the client gets, and how transport failures read.
 
 Kept apart from the attempt loop so that the loop reads as policy, and from
-`http1_client` so that these rules can be tested without a network.  Nothing
+`upstream_client` so that these rules can be tested without a network.  Nothing
 here reads proxy settings from the environment: the user's HTTPS_PROXY usually
 points at mitmproxy itself.
 """
@@ -206,22 +206,27 @@ class Answer(Protocol):
     def close(self) -> None: ...
 
 
-async def read_bounded(answer: Answer, limit: int, timeout_s: float | None) -> bytes:
-    """As much of a body as arrives within `limit` bytes and `timeout_s`: for error
-    bodies, which should follow their headers promptly and are only read to classify."""
+async def read_bounded(answer: Answer, limit: int, timeout_s: float | None) -> tuple[bytes, bool]:
+    """As much of a body as arrives within `limit` bytes and `timeout_s`, and whether
+    that is all of it: for error bodies, which should follow their headers
+    promptly and are read to classify (and to forward, if they are the last)."""
     chunks: list[bytes] = []
     size = 0
+    complete = False
     try:
         async with asyncio.timeout(timeout_s or None):
-            while size < limit:
+            while size <= limit:
                 chunk, error = await answer.body.read_some()
                 chunks.append(chunk)
                 size += len(chunk)
-                if not chunk or error is not None:
+                if error is not None:
+                    break
+                if not chunk:
+                    complete = size <= limit
                     break
     except TimeoutError:
         pass
-    return b"".join(chunks)[:limit]
+    return b"".join(chunks)[:limit], complete
 
 
 def transport_failure(exc: BaseException) -> ErrorInfo:

@@ -173,11 +173,14 @@ def _compose(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
 # --- resolution -------------------------------------------------------------
 
 
-def _expand(text: str, missing: set[str]) -> str:
+def _expand(text: str, missing: set[str], broken: set[str] | None = None) -> str:
     def sub(found: re.Match[str]) -> str:
         value = os.environ.get(found.group(1))
         if value is None or value == "":
             missing.add(found.group(1))
+            return ""
+        if broken is not None and any(c in value for c in "\r\n\0"):
+            broken.add(found.group(1))  # would split a header: never sent
             return ""
         return value
 
@@ -188,12 +191,18 @@ def _resolve_upstream(
     spec: UpstreamSpec, route_retries: int, where: str, warnings: list[str]
 ) -> Upstream | None:
     missing: set[str] = set()
-    url = None if spec.url == "original" else _expand(spec.url, missing)
-    auth = (spec.auth.header, _expand(spec.auth.value, missing)) if spec.auth else None
-    headers = tuple((name, _expand(value, missing)) for name, value in spec.headers.items())
+    broken: set[str] = set()
+    url = None if spec.url == "original" else _expand(spec.url, missing, broken)
+    auth = (spec.auth.header, _expand(spec.auth.value, missing, broken)) if spec.auth else None
+    headers = tuple((name, _expand(value, missing, broken)) for name, value in spec.headers.items())
     if missing:
         names = ", ".join(f"${{{name}}}" for name in sorted(missing))
         warnings.append(f"{where}: upstream {spec.name!r} skipped: {names} is not set")
+        return None
+    if broken:
+        names = ", ".join(f"${{{name}}}" for name in sorted(broken))
+        warnings.append(f"{where}: upstream {spec.name!r} skipped: {names} holds a line break or NUL "
+                        "(a key read from a file with its newline?)")
         return None
     secret = {name.lower() for name, value in spec.headers.items() if _VAR.search(value)}
     if spec.auth is not None:

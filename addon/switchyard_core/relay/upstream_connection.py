@@ -1,37 +1,35 @@
-"""The relay's HTTP/1.1 client towards upstreams, on asyncio transports.
+"""One HTTP/1.1 connection to an upstream, on an asyncio transport.
 
 Why not aiohttp's client: its body reader wakes the reading task once per
 read, and for a stream of small frames that wake-up cost more CPU than all the
 rest of the relay's work (issue 6; an aiohttp relay forwarding raw bytes ran at
-~1.35x plain mitmdump's CPU).  Here the connection's `data_received` feeds
-httptools' parser (llhttp in C, the parser uvicorn uses) and the body goes to a
-`Body`, which after commit hands each read to the gate synchronously.
+~1.35x plain mitmdump's CPU).  Here `data_received` feeds httptools' parser
+(llhttp in C, the parser uvicorn uses) and the body goes to a `Body`, which
+once the attempt has committed hands each read to the gate synchronously.
 
-What it does: HTTP/1.1 with keep-alive connections pooled per origin; TLS
-verified as mitmproxy verifies it; an upstream proxy (mitmproxy's upstream
-mode: absolute-form requests for http, CONNECT for https) with Basic proxy
-credentials; gzip and deflate bodies decoded (the only codings it asks for).
-It never follows redirects: the relay forwards answers as they are.
+One request at a time, answers read to their end before the connection is
+reused; 1xx answers skipped; gzip and deflate decoded (the only codings the
+relay asks for); a body that ends by a reset, or whose compressed stream is
+cut, never ends cleanly.  `upstream_client` opens, pools and reuses these.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import ssl
 import zlib
-from urllib.parse import SplitResult, urlsplit
+from typing import TYPE_CHECKING
 
-import certifi
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from ..body import Body
-from .upstream import ConnectionBroke, ConnectTimeout, UpstreamRequest
+from .upstream import ConnectionBroke
 
-IDLE_KEEP_S = 15.0  # a pooled connection unused this long is closed
+if TYPE_CHECKING:
+    from .upstream_client import UpstreamClient
+
 CONNECT_REPLY_LIMIT = 64 * 1024
-_Key = tuple[str, str, int]
+Key = tuple[str, str, int]  # scheme, host, port: what a pooled connection can be reused for
 
 
 class _Decoder:
@@ -40,10 +38,11 @@ class _Decoder:
     by the zlib header once two bytes are in.  `complete` says whether the
     compressed stream reached its end: a cut one must not look like a clean end."""
 
-    __slots__ = ("_inner", "_head", "_fed")
+    __slots__ = ("_gzip", "_inner", "_head", "_fed")
 
     def __init__(self, coding: str) -> None:
-        self._inner = zlib.decompressobj(16 + zlib.MAX_WBITS) if coding == "gzip" else None
+        self._gzip = coding == "gzip"
+        self._inner = zlib.decompressobj(16 + zlib.MAX_WBITS) if self._gzip else None
         self._head = b""
         self._fed = False
 
@@ -57,6 +56,7 @@ class _Decoder:
         return None
 
     def decompress(self, data: bytes) -> bytes:
+        """Raises zlib.error on a malformed stream, or on bytes after a deflate stream's end."""
         if data:
             self._fed = True
         if self._inner is None:
@@ -67,7 +67,14 @@ class _Decoder:
             wrapped = cmf & 0x0F == 8 and (cmf * 256 + flg) % 31 == 0
             self._inner = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
             data, self._head = self._head, b""
-        return self._inner.decompress(data)
+        out = self._inner.decompress(data)
+        while self._inner.eof and self._inner.unused_data:
+            rest = self._inner.unused_data
+            if not self._gzip:
+                raise zlib.error("bytes after the end of a deflate stream")
+            self._inner = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip allows several members, one after another
+            out += self._inner.decompress(rest)
+        return out
 
     def flush(self) -> bytes:
         return self._inner.flush() if self._inner is not None else b""
@@ -82,7 +89,7 @@ class UpstreamAnswer:
 
     __slots__ = ("_connection", "status", "headers", "body")
 
-    def __init__(self, connection: "_Connection", status: int, headers: CIMultiDictProxy[str]) -> None:
+    def __init__(self, connection: "UpstreamConnection", status: int, headers: CIMultiDictProxy[str]) -> None:
         self._connection = connection
         self.status = status
         self.headers = headers
@@ -93,10 +100,10 @@ class UpstreamAnswer:
         self._connection.abandon(self)
 
 
-class _Connection(asyncio.Protocol):
+class UpstreamConnection(asyncio.Protocol):
     """One HTTP/1.1 connection to an upstream (or through a proxy to one)."""
 
-    def __init__(self, client: "UpstreamClient", key: _Key) -> None:
+    def __init__(self, client: "UpstreamClient", key: Key) -> None:
         self.client = client
         self.key = key
         self.transport: asyncio.Transport | None = None
@@ -333,155 +340,3 @@ class _Connection(asyncio.Protocol):
             answer.body.end(ConnectionBroke("connection reset"))  # the compressed stream was cut
             return
         answer.body.end()
-
-
-class UpstreamClient:
-    """All upstream attempts of the relay: connections, pooled per origin."""
-
-    def __init__(
-        self,
-        *,
-        verify: bool = True,
-        ca_file: str | None = None,
-        ca_dir: str | None = None,
-        proxy: str | None = None,
-        proxy_auth: str | None = None,
-    ) -> None:
-        self._verify = verify
-        self._ca_file = ca_file
-        self._ca_dir = ca_dir
-        self._proxy: SplitResult | None = urlsplit(proxy) if proxy else None
-        self._proxy_auth = ("Basic " + base64.b64encode(proxy_auth.encode()).decode()
-                            if proxy_auth and ":" in proxy_auth else None)
-        self._tls_context: ssl.SSLContext | None = None
-        self._idle: dict[_Key, list[_Connection]] = {}
-        self._closed = False
-
-    def _tls(self) -> ssl.SSLContext:
-        """Verify upstreams as mitmproxy does: its trusted CA options, else certifi's bundle."""
-        if self._tls_context is None:
-            if not self._verify:
-                context = ssl.create_default_context()
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            elif self._ca_file or self._ca_dir:
-                context = ssl.create_default_context(cafile=self._ca_file, capath=self._ca_dir)
-            else:
-                context = ssl.create_default_context(cafile=certifi.where())
-            context.set_alpn_protocols(["http/1.1"])
-            self._tls_context = context
-        return self._tls_context
-
-    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float) -> UpstreamAnswer:
-        """Send the request; returns once the response headers arrived."""
-        url = urlsplit(request.url)
-        scheme = url.scheme.lower()
-        host = url.hostname or ""
-        port = url.port or (443 if scheme == "https" else 80)
-        key = (scheme, host, port)
-        authority = url.netloc.rpartition("@")[2]
-        target = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        headers = list(request.headers)
-        if self._proxy is not None and scheme == "http":
-            target = f"http://{authority}{target}"  # absolute-form, for the proxy
-            if self._proxy_auth:
-                headers.append(("Proxy-Authorization", self._proxy_auth))
-        head = _request_head(request.method, target, authority, headers, len(request.body))
-        while True:
-            connection = self._pooled(key)
-            if connection is None:
-                connection = await self._connect(scheme, host, port, authority, connect_timeout_s)
-            try:
-                return await connection.send(head, request.body, request.method)
-            except ConnectionBroke:
-                if connection.reused and not connection.received_any:
-                    continue  # a pooled connection the upstream had just closed: it never saw the request
-                raise
-            except BaseException:
-                connection.abort()
-                raise
-
-    async def _connect(self, scheme: str, host: str, port: int, authority: str, timeout_s: float) -> _Connection:
-        loop = asyncio.get_running_loop()
-        key = (scheme, host, port)
-        connection: _Connection | None = None
-
-        def made() -> _Connection:
-            nonlocal connection
-            connection = _Connection(self, key)
-            return connection
-
-        tls = self._tls() if scheme == "https" else None
-        try:
-            async with asyncio.timeout(timeout_s or None):
-                if self._proxy is None:
-                    await loop.create_connection(made, host, port, ssl=tls, server_hostname=host if tls else None)
-                else:
-                    proxy_tls = self._tls() if self._proxy.scheme == "https" else None
-                    await loop.create_connection(made, self._proxy.hostname, self._proxy.port or 8080, ssl=proxy_tls,
-                                                 server_hostname=self._proxy.hostname if proxy_tls else None)
-                    assert connection is not None
-                    if tls is not None:
-                        await connection.tunnel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
-                                                self._proxy_auth)
-                        assert connection.transport is not None
-                        transport = await loop.start_tls(connection.transport, connection, tls, server_hostname=host)
-                        connection.transport = transport  # type: ignore[assignment]
-        except TimeoutError:
-            if connection is not None:
-                connection.close()
-            raise ConnectTimeout(f"no connection within {timeout_s:g}s") from None
-        except BaseException:
-            if connection is not None:
-                connection.close()
-            raise
-        assert connection is not None
-        return connection
-
-    def _pooled(self, key: _Key) -> _Connection | None:
-        idle = self._idle.get(key)
-        while idle:
-            connection = idle.pop()
-            if not connection.closed and connection.transport is not None and not connection.transport.is_closing():
-                connection.reuse()
-                return connection
-        return None
-
-    def release(self, connection: _Connection) -> None:
-        """An answer was read to its end on a keep-alive connection: keep it for the next."""
-        if self._closed or connection.transport is None or connection.transport.is_closing():
-            connection.close()
-            return
-        if connection.transport.is_reading() is False:
-            connection.transport.resume_reading()  # paused for a slow client: idle, it must see a close
-        connection.idle(asyncio.get_running_loop().call_later(IDLE_KEEP_S, connection.close))
-        self._idle.setdefault(connection.key, []).append(connection)
-
-    def discard(self, connection: _Connection) -> None:
-        idle = self._idle.get(connection.key)
-        if idle and connection in idle:
-            idle.remove(connection)
-
-    @property
-    def idle_connections(self) -> int:
-        return sum(len(idle) for idle in self._idle.values())
-
-    async def close(self) -> None:
-        self._closed = True
-        for idle in self._idle.values():
-            for connection in list(idle):
-                connection.close()
-        self._idle.clear()
-
-
-def _request_head(method: str, target: str, authority: str, headers: list[tuple[str, str]], length: int) -> bytes:
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {authority}"]
-    for name, value in headers:
-        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
-            raise ValueError(f"header {name!r} holds a line break or colon; not sent")
-        lines.append(f"{name}: {value}")
-    if length or method in ("POST", "PUT", "PATCH"):
-        lines.append(f"Content-Length: {length}")
-    lines.append("\r\n")
-    return "\r\n".join(lines).encode("utf-8", "surrogateescape")
-

@@ -1,0 +1,176 @@
+"""The relay's HTTP/1.1 client towards upstreams: connections opened, pooled per
+origin and reused.
+
+TLS is verified as mitmproxy verifies it (its trusted-CA options, else
+certifi); an upstream proxy (mitmproxy's upstream mode) gets absolute-form
+requests for http and a CONNECT for https, with Basic proxy credentials.  It
+never follows redirects: the relay forwards answers as they are.  It never
+reads proxy settings from the environment: the user's HTTPS_PROXY usually
+points at mitmproxy itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+from urllib.parse import SplitResult, urlsplit
+
+import certifi
+
+from .upstream import ConnectionBroke, ConnectTimeout, UpstreamRequest
+from .upstream_connection import Key, UpstreamAnswer, UpstreamConnection
+
+IDLE_KEEP_S = 15.0  # a pooled connection unused this long is closed
+
+
+class UpstreamClient:
+    """All upstream attempts of the relay: connections, pooled per origin."""
+
+    def __init__(
+        self,
+        *,
+        verify: bool = True,
+        ca_file: str | None = None,
+        ca_dir: str | None = None,
+        proxy: str | None = None,
+        proxy_auth: str | None = None,
+    ) -> None:
+        self._verify = verify
+        self._ca_file = ca_file
+        self._ca_dir = ca_dir
+        self._proxy: SplitResult | None = urlsplit(proxy) if proxy else None
+        self._proxy_auth = ("Basic " + base64.b64encode(proxy_auth.encode()).decode()
+                            if proxy_auth and ":" in proxy_auth else None)
+        self._tls_context: ssl.SSLContext | None = None
+        self._idle: dict[Key, list[UpstreamConnection]] = {}
+        self._closed = False
+
+    def _tls(self) -> ssl.SSLContext:
+        """Verify upstreams as mitmproxy does: its trusted CA options, else certifi's bundle."""
+        if self._tls_context is None:
+            if not self._verify:
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            elif self._ca_file or self._ca_dir:
+                context = ssl.create_default_context(cafile=self._ca_file, capath=self._ca_dir)
+            else:
+                context = ssl.create_default_context(cafile=certifi.where())
+            context.set_alpn_protocols(["http/1.1"])
+            self._tls_context = context
+        return self._tls_context
+
+    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float) -> UpstreamAnswer:
+        """Send the request; returns once the response headers arrived."""
+        url = urlsplit(request.url)
+        scheme = url.scheme.lower()
+        host = url.hostname or ""
+        port = url.port or (443 if scheme == "https" else 80)
+        key = (scheme, host, port)
+        authority = url.netloc.rpartition("@")[2]
+        target = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        headers = list(request.headers)
+        if self._proxy is not None and scheme == "http":
+            target = f"http://{authority}{target}"  # absolute-form, for the proxy
+            if self._proxy_auth:
+                headers.append(("Proxy-Authorization", self._proxy_auth))
+        head = _request_head(request.method, target, authority, headers, len(request.body))
+        while True:
+            connection = self._pooled(key)
+            if connection is None:
+                connection = await self._connect(scheme, host, port, authority, connect_timeout_s)
+            try:
+                return await connection.send(head, request.body, request.method)
+            except ConnectionBroke:
+                if connection.reused and not connection.received_any:
+                    continue  # a pooled connection the upstream had just closed: it never saw the request
+                raise
+            except BaseException:
+                connection.abort()
+                raise
+
+    async def _connect(self, scheme: str, host: str, port: int, authority: str, timeout_s: float) -> UpstreamConnection:
+        loop = asyncio.get_running_loop()
+        key = (scheme, host, port)
+        connection: UpstreamConnection | None = None
+
+        def made() -> UpstreamConnection:
+            nonlocal connection
+            connection = UpstreamConnection(self, key)
+            return connection
+
+        tls = self._tls() if scheme == "https" else None
+        try:
+            async with asyncio.timeout(timeout_s or None):
+                if self._proxy is None:
+                    await loop.create_connection(made, host, port, ssl=tls, server_hostname=host if tls else None)
+                else:
+                    proxy_tls = self._tls() if self._proxy.scheme == "https" else None
+                    await loop.create_connection(made, self._proxy.hostname, self._proxy.port or 8080, ssl=proxy_tls,
+                                                 server_hostname=self._proxy.hostname if proxy_tls else None)
+                    assert connection is not None
+                    if tls is not None:
+                        await connection.tunnel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+                                                self._proxy_auth)
+                        assert connection.transport is not None
+                        transport = await loop.start_tls(connection.transport, connection, tls, server_hostname=host)
+                        connection.transport = transport  # type: ignore[assignment]
+        except TimeoutError:
+            if connection is not None:
+                connection.close()
+            raise ConnectTimeout(f"no connection within {timeout_s:g}s") from None
+        except BaseException:
+            if connection is not None:
+                connection.close()
+            raise
+        assert connection is not None
+        return connection
+
+    def _pooled(self, key: Key) -> UpstreamConnection | None:
+        idle = self._idle.get(key)
+        while idle:
+            connection = idle.pop()
+            if not connection.closed and connection.transport is not None and not connection.transport.is_closing():
+                connection.reuse()
+                return connection
+        return None
+
+    def release(self, connection: UpstreamConnection) -> None:
+        """An answer was read to its end on a keep-alive connection: keep it for the next."""
+        if self._closed or connection.transport is None or connection.transport.is_closing():
+            connection.close()
+            return
+        if connection.transport.is_reading() is False:
+            connection.transport.resume_reading()  # paused for a slow client: idle, it must see a close
+        connection.idle(asyncio.get_running_loop().call_later(IDLE_KEEP_S, connection.close))
+        self._idle.setdefault(connection.key, []).append(connection)
+
+    def discard(self, connection: UpstreamConnection) -> None:
+        idle = self._idle.get(connection.key)
+        if idle and connection in idle:
+            idle.remove(connection)
+
+    @property
+    def idle_connections(self) -> int:
+        return sum(len(idle) for idle in self._idle.values())
+
+    async def close(self) -> None:
+        self._closed = True
+        for idle in self._idle.values():
+            for connection in list(idle):
+                connection.close()
+        self._idle.clear()
+
+
+def _request_head(method: str, target: str, authority: str, headers: list[tuple[str, str]], length: int) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {authority}"]
+    for name, value in headers:
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+            raise ValueError(f"header {name!r} holds a line break or colon; not sent")
+        lines.append(f"{name}: {value}")
+    if length or method in ("POST", "PUT", "PATCH"):
+        lines.append(f"Content-Length: {length}")
+    lines.append("\r\n")
+    return "\r\n".join(lines).encode("utf-8", "surrogateescape")
+

@@ -1,0 +1,153 @@
+"""The loopback relay on its own: real sockets on both sides, no mitmproxy.
+
+The client here is a raw socket speaking to the relay as mitmproxy does (one
+request with the token header, HTTP/1.1, reading the chunked answer); the
+upstream is a scripted loopback server.  These cover what needs exact control
+of timing and buffers on the client's side, which a real mitmproxy in between
+would blur: a client that stops reading, a request that never completes, an
+error body that breaks off.  Every wait is bounded; nothing asserts a duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+
+from switchyard_core.relay import server as relay_server
+from switchyard_core.relay.exchange import OriginalRequest
+from switchyard_core.relay.server import TOKEN_HEADER, Relay
+from switchyard_core.relay.upstream_client import UpstreamClient
+from switchyard_core.rules.loader import AttemptSettings, Route, Upstream
+from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Peer, Server, chunk, chunked_head
+
+BODY = json.dumps({"model": "gpt-4o", "stream": True, "messages": []}).encode()
+DONE = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+
+
+def content(text: str) -> bytes:
+    return b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % text.encode()
+
+
+def route(url: str, **settings: object) -> Route:
+    upstream = Upstream(name="primary", url=url, model=None, retries=0, auth=None, headers=())
+    return Route(name="chat", api="openai-chat", upstreams=(upstream,),
+                 settings=AttemptSettings(**settings))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def relay() -> AsyncIterator[Relay]:
+    relay = Relay(UpstreamClient())
+    await relay.start()
+    try:
+        yield relay
+    finally:
+        await relay.stop()
+
+
+async def ask(relay: Relay, token: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """What mitmproxy sends the relay for a routed flow."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"%b: %b\r\nContent-Length: %d\r\n\r\n%b" % (TOKEN_HEADER.encode(), token.encode(), len(BODY), BODY))
+    await writer.drain()
+    return reader, writer
+
+
+def register(relay: Relay, upstream: Server, **settings: object) -> str:
+    url = upstream.url("/v1/chat/completions")
+    request = OriginalRequest.of("POST", url, (("Content-Type", "application/json"),), BODY, json.loads(BODY))
+    return relay.register(route(url, **settings), request).token
+
+
+async def read_until_closed(reader: asyncio.StreamReader) -> bytes:
+    data = b""
+    async with asyncio.timeout(WAIT_S * 4):
+        while chunk_ := await reader.read(1 << 20):
+            data += chunk_
+            if data.endswith(LAST_CHUNK):
+                break
+    return data
+
+
+async def test_a_client_that_stops_reading_is_not_an_upstream_stall(relay: Relay) -> None:
+    """The relay pauses the upstream while the client is not reading; that quiet
+    is the client's, and must not end a healthy stream as `stream_stalled`."""
+    frame = content("x" * 1000)
+    frames = 20_000  # ~21 MB: far more than the kernel buffers hold
+
+    async def upstream(peer: Peer) -> None:
+        await peer.read_request()
+        peer.writer.write(chunked_head([("Content-Type", "text/event-stream")]))
+        for _ in range(frames):
+            peer.writer.write(chunk(frame))
+            await peer.writer.drain()
+        await peer.send(chunk(DONE), LAST_CHUNK)
+        await peer.wait_closed_by_client()
+
+    async with Server(upstream) as up:
+        token = register(relay, up, idle_timeout_s=0.3)
+        reader, writer = await ask(relay, token)
+        async with asyncio.timeout(WAIT_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(1.5)  # the client stops reading for five idle bounds
+        body = await read_until_closed(reader)
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"stream_stalled" not in body
+    assert body.endswith(chunk(DONE) + LAST_CHUNK)
+    assert body.count(frame) == frames
+
+
+async def test_an_error_body_that_breaks_off_reaches_the_client_broken_off(relay: Relay) -> None:
+    """The last upstream's 400 is forwarded as the provider sent it; when its body
+    broke off, the client must not get it with a length that claims it whole."""
+    whole = b'{"error": {"message": "bad request: messages[0] is wrong", "type": "invalid_request_error"}}'
+
+    async def upstream(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%b" % (len(whole), whole[:40]))
+        peer.writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.writer.transport.abort()  # a reset, mid-body
+
+    async with Server(upstream) as up:
+        reader, writer = await ask(relay, register(relay, up))
+        async with asyncio.timeout(WAIT_S):
+            received = await reader.read()  # until the relay closes the connection
+        writer.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    assert b"content-length" not in head.lower()
+    assert b"transfer-encoding: chunked" in head.lower()
+    assert body == chunk(whole[:40])  # what came, and no last chunk: visibly cut
+
+
+async def test_a_request_that_never_completes_does_not_hold_the_connection(
+        relay: Relay, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(relay_server, "REQUEST_READ_S", 0.3)
+    reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+    await writer.drain()
+    async with asyncio.timeout(WAIT_S):
+        assert await reader.read() == b""  # closed by the relay
+    writer.close()
+    assert not relay.connections
+
+
+async def test_an_unknown_token_gets_403_and_reaches_no_upstream(relay: Relay) -> None:
+    async def upstream(peer: Peer) -> None:
+        await peer.read_request()
+
+    async with Server(upstream) as up:
+        register(relay, up)
+        reader, writer = await ask(relay, "not-a-token")
+        async with asyncio.timeout(WAIT_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 403")
+    assert up.accepts == 0
