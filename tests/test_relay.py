@@ -64,6 +64,17 @@ def register(relay: Relay, upstream: Server, **settings: object) -> str:
     return relay.register(route(url, **settings), request).token
 
 
+def dechunk(body: bytes) -> bytes:
+    out, pos = b"", 0
+    while True:
+        line_end = body.index(b"\r\n", pos)
+        size = int(body[pos:line_end], 16)
+        if size == 0:
+            return out
+        out += body[line_end + 2:line_end + 2 + size]
+        pos = line_end + 2 + size + 2
+
+
 async def read_until_closed(reader: asyncio.StreamReader) -> bytes:
     data = b""
     async with asyncio.timeout(WAIT_S * 4):
@@ -98,9 +109,10 @@ async def test_a_client_that_stops_reading_is_not_an_upstream_stall(relay: Relay
         body = await read_until_closed(reader)
         writer.close()
     assert head.startswith(b"HTTP/1.1 200")
-    assert b"stream_stalled" not in body
-    assert body.endswith(chunk(DONE) + LAST_CHUNK)
-    assert body.count(frame) == frames
+    assert body.endswith(LAST_CHUNK)
+    answer = dechunk(body)
+    assert b"stream_stalled" not in answer
+    assert answer == frame * frames + DONE
 
 
 async def test_an_error_body_that_breaks_off_reaches_the_client_broken_off(relay: Relay) -> None:

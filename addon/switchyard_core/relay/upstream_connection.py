@@ -116,6 +116,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._tunnel_reply = b""
         self._method = ""
         self._headers: list[tuple[str, str]] = []
+        self._pieces: list[bytes] = []  # body bytes of the read being parsed
         self._answer: UpstreamAnswer | None = None
         self._decoder: _Decoder | None = None
         self._complete = False
@@ -142,6 +143,8 @@ class UpstreamConnection(asyncio.Protocol):
             self._broke("upstream switched protocols")
         except httptools.HttpParserError:
             self._broke("malformed HTTP response")
+        else:
+            self._deliver()
 
     def eof_received(self) -> bool:
         self.closed = True
@@ -200,7 +203,16 @@ class UpstreamConnection(asyncio.Protocol):
             except zlib.error:
                 self._broke("malformed compressed body")
                 return
-        answer.body.feed(data)
+        if data:
+            self._pieces.append(data)  # delivered once the whole read is parsed: one write per read
+
+    def _deliver(self) -> None:
+        """What one read brought of the body, to the body, in one piece."""
+        pieces = self._pieces
+        if pieces and self._answer is not None:
+            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            self._answer.body.feed(data)
 
     def on_message_complete(self) -> None:
         answer = self._answer
@@ -209,6 +221,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         if self._complete:
             return
+        self._deliver()
         if self._decoder is not None:
             try:
                 answer.body.feed(self._decoder.flush())
@@ -234,6 +247,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._method = method
         self._headers = []
+        self._pieces = []
         self._answer = None
         self._complete = False
         self._until_close = False
@@ -310,6 +324,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self._head is not None and not self._head.done():
             self._head.set_exception(error)
         elif self._answer is not None and not self._complete:
+            self._deliver()  # what came before the break comes first
             self._complete = True
             self._answer.body.end(error)
         self.abort()
@@ -325,6 +340,7 @@ class UpstreamConnection(asyncio.Protocol):
         answer = self._answer
         if answer is None or self._complete:
             return
+        self._deliver()
         self._complete = True
         decoder = self._decoder
         if not (self._until_close and clean):
