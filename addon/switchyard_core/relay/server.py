@@ -31,8 +31,11 @@ from .upstream_client import UpstreamClient
 
 TOKEN_HEADER = "x-switchyard-token"
 _TOKEN_HEADER = TOKEN_HEADER.encode()
-IDLE_CLOSE_S = 5.0  # an idle relay connection goes after this (mitmproxy opens another when it needs one)
-REQUEST_READ_S = 30.0  # a request mitmproxy began must be complete within this
+# mitmproxy keeps its relay connection for the client connection's life and may be
+# slow to send on it under load: idle ones go only after a while (aiohttp's default
+# keep-alive is 75 s); a request that has begun must be complete sooner
+IDLE_CLOSE_S = 60.0
+REQUEST_READ_S = 30.0
 _LARGE = 64 * 1024
 
 
