@@ -225,7 +225,9 @@ class Relay:
         if self._server is not None:
             return
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: RelayConnection(self), "127.0.0.1", 0)
+        # a burst of flows opens as many relay connections at once: asyncio's default
+        # backlog of 100 would drop the rest's SYNs, and they would retry for seconds
+        self._server = await loop.create_server(lambda: RelayConnection(self), "127.0.0.1", 0, backlog=4096)
         self.port = self._server.sockets[0].getsockname()[1]
         observe.emit(logging.DEBUG, "switchyard.relay_listening", port=self.port)
 
