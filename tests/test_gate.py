@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from switchyard_core.gate import Gate
@@ -186,13 +186,15 @@ def test_a_cut_with_several_choices_is_not_mistaken_for_a_complete_stream() -> N
     errors_at=st.lists(st.integers(min_value=1, max_value=7), max_size=3),
     cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=12),
 )
+@example(words=[" ", "0"], errors_at=[1], cuts=[])  # the first content frame is empty: not output yet
 def test_after_output_whole_reads_and_frame_by_frame_reads_see_the_same_stream(
         words: list[str], errors_at: list[int], cuts: list[int]) -> None:
     """After commit, a read of whole plain-content frames passes unsplit (the hot
     path); it must notice every failure and the end exactly as frame-by-frame does."""
-    frames = wire.chat_stream(" ".join(words))  # role, words..., finish, [DONE]
-    for index in sorted(set(errors_at), reverse=True):
-        frames.insert(min(index + 1, len(frames) - 2), wire.chat_error("server_is_overloaded", "later"))
+    frames = wire.chat_stream(" ".join(words))  # role, words..., finish, usage, [DONE]
+    first_output = next(i for i, f in enumerate(frames) if b'"content":"' in f and b'"content":""' not in f)
+    for index in sorted(set(errors_at), reverse=True):  # failures after output, never before
+        frames.insert(min(first_output + index, len(frames) - 1), wire.chat_error("server_is_overloaded", "later"))
     data = b"".join(frames)
     results = []
     for chunks in (chunked(data, cuts), [data], frames):
