@@ -163,3 +163,22 @@ async def test_an_unknown_token_gets_403_and_reaches_no_upstream(relay: Relay) -
         writer.close()
     assert head.startswith(b"HTTP/1.1 403")
     assert up.accepts == 0
+
+
+async def test_a_connection_serves_one_request_after_another_even_under_an_eager_task_factory(relay: Relay) -> None:
+    """mitmproxy runs new tasks eagerly and reuses its relay connection for the
+    next flow of the same client connection; a 403 is served at once."""
+    asyncio.get_running_loop().set_task_factory(asyncio.eager_task_factory)
+    try:
+        reader, writer = await ask(relay, "not-a-token")
+        for _ in range(2):
+            async with asyncio.timeout(WAIT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+            assert head.startswith(b"HTTP/1.1 403")
+            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+        writer.close()
+    finally:
+        asyncio.get_running_loop().set_task_factory(None)

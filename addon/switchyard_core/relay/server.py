@@ -125,7 +125,10 @@ class RelayConnection(asyncio.Protocol):
             self._idle.cancel()
             self._idle = None
         self._sent = self._chunked = self._aborted = False
-        self._task = asyncio.get_running_loop().create_task(self._serve(self._token))
+        task = asyncio.get_running_loop().create_task(self._serve(self._token))
+        # mitmproxy's loop runs new tasks eagerly: a short answer (a 403) may be
+        # served, and `_serve` finished, before create_task returns
+        self._task = None if task.done() else task
 
     async def _serve(self, token: str) -> None:
         try:
