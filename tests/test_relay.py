@@ -105,10 +105,16 @@ async def test_a_client_that_stops_reading_is_not_an_upstream_stall(relay: Relay
         reader, writer = await ask(relay, token)
         async with asyncio.timeout(WAIT_S):
             head = await reader.readuntil(b"\r\n\r\n")
-        await asyncio.sleep(1.5)  # the client stops reading for five idle bounds
+        connection = next(iter(relay.connections))
+        buffered = 0
+        for _ in range(30):  # the client stops reading for five idle bounds
+            await asyncio.sleep(0.05)
+            assert connection.transport is not None
+            buffered = max(buffered, connection.transport.get_write_buffer_size())
         body = await read_until_closed(reader)
         writer.close()
     assert head.startswith(b"HTTP/1.1 200")
+    assert buffered < 2 * 1024 * 1024  # the upstream waited: the relay did not take the answer in
     assert body.endswith(LAST_CHUNK)
     answer = dechunk(body)
     assert b"stream_stalled" not in answer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -55,4 +56,30 @@ async def test_no_bound_waits_as_long_as_it_takes() -> None:
     silence = Silence()
     silence.expect_by(None)
     assert await silence.wait(asyncio.sleep(0.05, result=1)) == 1
+    silence.close()
+
+
+async def test_an_end_that_comes_in_the_same_pass_as_the_due_time_wins() -> None:
+    """A busy loop runs the end of a stream and the deadline in one pass: the
+    stream ended, it did not go silent."""
+    loop = asyncio.get_running_loop()
+    silence = Silence()
+    silence.expect_by(0.05)
+    ended: asyncio.Future[str] = loop.create_future()
+    loop.call_later(0.049, ended.set_result, "ended")
+    loop.call_later(0.01, time.sleep, 0.1)  # the loop is busy past both
+    assert await silence.wait(ended) == "ended"
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    silence.close()
+
+
+async def test_quiet_while_excused_is_not_silence() -> None:
+    held = [True]
+    silence = Silence(excused=lambda: held[0])
+    silence.expect_by(0.03)
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.2, held.__setitem__, 0, False)  # the client catches up after several bounds
+    with pytest.raises(TimeoutError):
+        await silence.wait(asyncio.sleep(5))
+    assert held == [False]  # it fired only once the excuse had ended
     silence.close()

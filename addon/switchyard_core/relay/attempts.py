@@ -324,8 +324,9 @@ class AttemptLoop:
             error = await silence.wait(body.pipe(through))
         except TimeoutError:
             if gate.committed:
-                self._end_cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
-                              "stream_stalled")
+                if not gate.complete:  # after the API's end marker, quiet is no stall: the answer is whole
+                    self._end_cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
+                                  "stream_stalled")
                 return None
             silent = deadline is None or time.monotonic() < deadline
             what = f"nothing for {settings.idle_timeout_s:g}s" if silent else f"no output within {first_output_s:g}s"

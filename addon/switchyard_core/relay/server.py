@@ -36,7 +36,6 @@ _TOKEN_HEADER = TOKEN_HEADER.encode()
 # keep-alive is 75 s); a request that has begun must be complete sooner
 IDLE_CLOSE_S = 60.0
 REQUEST_READ_S = 30.0
-_LARGE = 64 * 1024
 
 
 def _head(status: int, headers: list[tuple[str, str]], framing: str) -> bytes:
@@ -159,20 +158,15 @@ class RelayConnection(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if not data or self._aborted or self.transport is None:
             return
-        if len(data) < _LARGE:
-            self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-        else:
-            self.transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
+        # one write() (never writelines(): before CPython 3.12.9 it skips the
+        # flow-control check, and a slow client would never pause the upstream)
+        self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
 
     def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         assert self.transport is not None
         self._sent = True
         self._chunked = False
-        head = _head(status, headers, f"Content-Length: {len(body)}")
-        if len(body) < _LARGE:
-            self.transport.write(head + body)
-        else:
-            self.transport.writelines((head, body))
+        self.transport.write(_head(status, headers, f"Content-Length: {len(body)}") + body)
 
     def pace(self, producer: Body | None) -> None:
         """While mitmproxy is not reading, the upstream answer being forwarded must not be either."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from time import monotonic
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -31,6 +31,7 @@ class Silence:
         self._since = 0.0  # when the current quiet period began
         self._waiting = False
         self._fired = False
+        self._awaited: asyncio.Future[Any] | None = None
 
     def expect_by(self, seconds: float | None) -> None:
         """The next wait must end within `seconds` from now (None: no bound)."""
@@ -49,8 +50,12 @@ class Silence:
         self._since = monotonic()
 
     async def wait(self, awaitable: Awaitable[T]) -> T:
-        """Await, raising TimeoutError if the due time passes first."""
+        """Await, raising TimeoutError if the due time passes first.
+
+        An answer that came in the same pass of the loop as the due time wins:
+        a stream that ended is not a stream that went silent."""
         self._waiting = True
+        self._awaited = awaitable if isinstance(awaitable, asyncio.Future) else None
         try:
             result = await awaitable
             if self._fired:  # the awaited call swallowed our cancel: take it back
@@ -61,10 +66,14 @@ class Silence:
             if self._fired:
                 self._fired = False
                 if self._task.uncancel() == 0:
+                    awaited = self._awaited
+                    if awaited is not None and awaited.done() and not awaited.cancelled():
+                        return awaited.result()
                     raise TimeoutError from None
             raise
         finally:
             self._waiting = False
+            self._awaited = None
 
     def _fire(self) -> None:
         self._handle = None
@@ -77,7 +86,7 @@ class Silence:
         elif self._excused is not None and self._excused():
             self._since = now  # the quiet period starts again once the client catches up
             self._handle = self._loop.call_at(now + self._span, self._fire)
-        elif self._waiting:
+        elif self._waiting and not (self._awaited is not None and self._awaited.done()):
             self._fired = True
             self._task.cancel()
 
