@@ -58,6 +58,8 @@ def test_headline_curl_gets_exactly_the_backup_stream(env: Env) -> None:
     result = env.curl(chat_url(env), env.chat_body())
     assert result.status == 200
     assert result.body == BACKUP_BYTES
+    assert result.headers["x-switchyard-upstream"] == "backup"
+    assert "x-switchyard-provisional" not in result.headers
     assert b"provider overloaded" not in result.body
     assert result.headers["x-switchyard-upstream"] == "backup"
     assert result.headers["x-switchyard-attempts"] == "3"
@@ -199,7 +201,19 @@ def test_http_401_is_returned_as_sent(env: Env) -> None:
     assert result.status == 401
     assert json.loads(result.body) == body
     assert result.headers["x-request-id"] == "req_401"
+    assert result.headers["content-length"] == str(len(result.body))
+    assert "x-switchyard-provisional" not in result.headers  # the relay's head for mitmproxy never shows
     assert [c.upstream for c in env.provider.calls] == ["primary"]
+
+
+def test_an_error_body_that_breaks_off_reaches_the_client_broken_off(env: Env) -> None:
+    partial = b'{"error": {"message": "Invalid value for messages[0]", "type": "invalid_req'
+    env.provider.script("primary", Reply(400, [partial, RESET], content_type="application/json"))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.status == 400
+    assert result.body == partial
+    assert result.returncode != 0  # curl saw the answer end before it was whole
+    assert "content-length" not in result.headers
 
 
 def test_retry_after_is_honoured_on_the_same_upstream(env: Env) -> None:
@@ -328,6 +342,8 @@ def test_non_streaming_success_passes_through(env: Env) -> None:
     assert result.status == 200
     assert json.loads(result.body) == answer
     assert result.headers["x-switchyard-upstream"] == "primary"
+    assert result.headers["content-length"] == str(len(result.body))
+    assert "x-switchyard-provisional" not in result.headers
 
 
 # --- the client leaving ---------------------------------------------------------------

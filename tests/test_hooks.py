@@ -62,7 +62,7 @@ async def test_matching_flow_is_re_aimed_at_the_relay_with_a_single_use_token(ru
         assert flow.metadata["switchyard"]["route"] == "chat"
         # the relay shows mitmweb the truth once headers are back: the original URL, no token
         flow.response = Response.make(200, b"", {"content-type": "text/event-stream"})
-        router.responseheaders(flow)
+        await router.responseheaders(flow)
         assert flow.request.url == "https://api.openai.com/v1/chat/completions"
         assert flow.request.headers["host"] == "api.openai.com"
         assert TOKEN_HEADER not in flow.request.headers
@@ -197,7 +197,7 @@ routes:
                 async with session.post(flow.request.url, headers=dict(flow.request.headers), data=flow.request.content) as answer:
                     body = await answer.read()
                     flow.response = Response.make(answer.status, b"", [(k.encode(), v.encode()) for k, v in answer.headers.items()])
-            router.responseheaders(flow)
+            await router.responseheaders(flow)
             flow.response.content = body
             router.response(flow)
 

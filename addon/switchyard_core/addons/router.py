@@ -10,6 +10,8 @@ never touched.
 
 from __future__ import annotations
 
+from http import HTTPStatus
+
 import json
 import logging
 from collections import Counter
@@ -24,7 +26,7 @@ from mitmproxy.proxy import mode_specs
 
 from .. import observe
 from ..observe import METADATA_KEY
-from ..relay import TOKEN_HEADER, AttemptRecord, Exchange, OriginalRequest, Relay, UpstreamClient
+from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, AttemptRecord, Exchange, OriginalRequest, Relay, UpstreamClient
 from ..relay.upstream import is_cross_origin
 from .rules_keeper import RulesKeeper
 
@@ -138,17 +140,27 @@ class Router:
         flow.server_conn = connection.Server(address=("127.0.0.1", relay.port))
         self.counters["routed"] += 1
 
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
+    async def responseheaders(self, flow: http.HTTPFlow) -> None:
         exchange = self._live.get(flow.id)
         if exchange is None or flow.response is None:
             return
-        # the relay's connection is single-use and closes when the answer ends; the
-        # client's need not: frame the body for it as the upstream would have
-        flow.response.headers.pop("connection", None)
-        if "text/event-stream" in flow.response.headers.get("content-type", "").lower():
-            flow.response.stream = _DisplayCopy()
-            if flow.request.http_version.startswith("HTTP/1") and "content-length" not in flow.response.headers:
-                flow.response.headers["transfer-encoding"] = "chunked"
+        response = flow.response
+        streamed = "text/event-stream" in response.headers.get("content-type", "").lower()
+        if PROVISIONAL_HEADER in response.headers and exchange.head is not None:
+            # the relay answered at once; the real head comes when the attempt loop decides
+            head = await exchange.head
+            response.status_code = head.status
+            response.reason = _reason(head.status)
+            response.headers = Headers([(k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
+                                        for k, v in head.headers])
+            streamed = head.streamed
+        # the relay's connection is mitmproxy's own business; the client's need not
+        # close: frame the body for it as the upstream would have
+        response.headers.pop("connection", None)
+        if streamed:
+            response.stream = _DisplayCopy()
+            if flow.request.http_version.startswith("HTTP/1") and "content-length" not in response.headers:
+                response.headers["transfer-encoding"] = "chunked"
         self._restore(flow, exchange)
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -292,6 +304,13 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
     attempt.comment = f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; request body omitted"
     attempt.marked = ":red_circle:"
     return attempt
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 def _json_of(flow: http.HTTPFlow) -> Any:

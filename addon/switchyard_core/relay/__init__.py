@@ -1,7 +1,7 @@
 """The loopback relay (server), its upstream plumbing and the attempt loop."""
 
 from .exchange import AttemptRecord, Exchange, OriginalRequest
-from .server import TOKEN_HEADER, Relay
+from .server import PROVISIONAL_HEADER, TOKEN_HEADER, Relay
 from .upstream_client import UpstreamClient
 
-__all__ = ["TOKEN_HEADER", "AttemptRecord", "Exchange", "OriginalRequest", "Relay", "UpstreamClient"]
+__all__ = ["PROVISIONAL_HEADER", "TOKEN_HEADER", "AttemptRecord", "Exchange", "OriginalRequest", "Relay", "UpstreamClient"]

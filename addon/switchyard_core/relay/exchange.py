@@ -7,6 +7,7 @@ upstream answered; no locking is needed.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -69,6 +70,17 @@ class AttemptRecord:
         return {name: getattr(self, name) for name in self._PUBLIC}
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerHead:
+    """The head the client gets, as the attempt loop decided it.  mitmproxy is first
+    sent a provisional head by the relay (see relay/server.py); the Router's
+    `responseheaders` hook waits for this one and puts it in its place."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    streamed: bool  # the body follows as it arrives; else it is whole (and has a Content-Length)
+
+
 @dataclass(slots=True)
 class Exchange:
     token: str
@@ -80,6 +92,7 @@ class Exchange:
     suppressed_failover: bool = False
     shown_url: str | None = None  # the URL the flow was last restored to, for display
     faults: "FaultPlan | None" = None
+    head: "asyncio.Future[AnswerHead] | None" = None  # set when the relay begins the answer
     # committed | gave_up | exhausted | stream_cut | stream_stalled | client_gone | internal_error
     outcome: str = "pending"
 

@@ -10,6 +10,13 @@ Its only client is mitmproxy, so it is a small asyncio protocol rather than a
 web framework: httptools parses the request, and each write of the answer is
 one chunk on the transport, made in whatever callback produced the bytes
 (issue 6: the relay's per-frame cost is what a user pays on every token).
+
+The head goes to mitmproxy at once, provisional (`x-switchyard-provisional`),
+while the attempt loop works: mitmproxy reads and hooks a response head in
+about half a millisecond, and doing that while the upstream is still thinking
+takes it off the first token's path.  The Router's `responseheaders` hook
+waits for the real head (`Exchange.head`) and puts it in place before
+mitmproxy sends anything to the client.
 """
 
 from __future__ import annotations
@@ -26,10 +33,13 @@ from ..faults import FaultPlan
 from ..rules import Route
 from .attempts import AttemptLoop
 from ..body import Body
-from .exchange import Exchange, OriginalRequest
+from .exchange import AnswerHead, Exchange, OriginalRequest
 from .upstream_client import UpstreamClient
 
 TOKEN_HEADER = "x-switchyard-token"
+PROVISIONAL_HEADER = "x-switchyard-provisional"
+_PROVISIONAL_HEAD = f"HTTP/1.1 200 OK\r\n{PROVISIONAL_HEADER}: 1\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+_NO_RESPONSE = AnswerHead(502, (("Content-Type", "text/plain; charset=utf-8"),), True)
 _TOKEN_HEADER = TOKEN_HEADER.encode()
 # mitmproxy keeps its relay connection for the client connection's life and may be
 # slow to send on it under load: idle ones go only after a while (aiohttp's default
@@ -67,6 +77,7 @@ class RelayConnection(asyncio.Protocol):
         self._sent = False
         self._chunked = False
         self._aborted = False
+        self._head: asyncio.Future[AnswerHead] | None = None  # the real head, for the Router's hook
 
     # --- asyncio's side ------------------------------------------------------------
 
@@ -94,6 +105,7 @@ class RelayConnection(asyncio.Protocol):
             self._idle = None
         if self._task is not None and not self._task.done():
             self._task.cancel()  # mitmproxy gave up on the flow: the client left
+        self._decide(_NO_RESPONSE)  # never leave the Router's hook waiting
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -124,6 +136,7 @@ class RelayConnection(asyncio.Protocol):
             self._idle.cancel()
             self._idle = None
         self._sent = self._chunked = self._aborted = False
+        self._head = None
         task = asyncio.get_running_loop().create_task(self._serve(self._token))
         # mitmproxy's loop runs new tasks eagerly: a short answer (a 403) may be
         # served, and `_serve` finished, before create_task returns
@@ -144,6 +157,17 @@ class RelayConnection(asyncio.Protocol):
 
     # --- the attempt loop's ClientSink -------------------------------------------------
 
+    def begin(self, exchange: Exchange) -> None:
+        """Send mitmproxy the provisional head now; the real one follows in `exchange.head`."""
+        assert self.transport is not None
+        self._head = exchange.head = asyncio.get_running_loop().create_future()
+        self._chunked = True
+        self.transport.write(_PROVISIONAL_HEAD)
+
+    def _decide(self, head: AnswerHead) -> None:
+        if self._head is not None and not self._head.done():
+            self._head.set_result(head)
+
     @property
     def headers_sent(self) -> bool:
         return self._sent
@@ -152,7 +176,11 @@ class RelayConnection(asyncio.Protocol):
         """A streamed answer, chunked.  (Delimiting it by closing the connection, or
         announcing `Connection: close`, measured ~3 ms slower to first byte.)"""
         assert self.transport is not None
-        self._sent = self._chunked = True
+        self._sent = True
+        if self._head is not None:
+            self._decide(AnswerHead(status, tuple(headers), streamed=True))
+            return
+        self._chunked = True
         self.transport.write(_head(status, headers, "Transfer-Encoding: chunked"))
 
     def write(self, data: bytes) -> None:
@@ -165,6 +193,10 @@ class RelayConnection(asyncio.Protocol):
     def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         assert self.transport is not None
         self._sent = True
+        if self._head is not None:
+            self._decide(AnswerHead(status, (*headers, ("Content-Length", str(len(body)))), streamed=False))
+            self.write(body)
+            return
         self._chunked = False
         self.transport.write(_head(status, headers, f"Content-Length: {len(body)}") + body)
 
@@ -177,15 +209,17 @@ class RelayConnection(asyncio.Protocol):
     def abort(self) -> None:
         """End the answer without a clean end: the client must see it was cut."""
         self._aborted = True
+        self._decide(_NO_RESPONSE)
         if self.transport is not None:
             self.transport.abort()
 
     def end(self) -> None:
         if self._aborted or self.transport is None or self.transport.is_closing():
+            self._decide(_NO_RESPONSE)
             return
         if not self._sent:
             self.send_whole(502, [("Content-Type", "text/plain; charset=utf-8")], b"switchyard: no response\n")
-        elif self._chunked:
+        if self._chunked:
             self.transport.write(b"0\r\n\r\n")
 
 
@@ -245,6 +279,7 @@ class Relay:
             sink.send_whole(403, [("Content-Type", "text/plain; charset=utf-8")],
                             b"switchyard relay: unknown or used token\n")
             return
+        sink.begin(exchange)
         loop = AttemptLoop(exchange, self.http, sink)
         self.in_flight += 1
         try:
