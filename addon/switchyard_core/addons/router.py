@@ -147,7 +147,10 @@ class Router:
         response = flow.response
         streamed = "text/event-stream" in response.headers.get("content-type", "").lower()
         if PROVISIONAL_HEADER in response.headers and exchange.head is not None:
-            # the relay answered at once; the real head comes when the attempt loop decides
+            # the relay answered at once; the real head comes when the attempt loop
+            # decides, and from then on every step delays the first token: the flow's
+            # display is restored now, and again (for a fallback's URL) at the end
+            self._restore(flow, exchange)
             head = await exchange.head
             response.status_code = head.status
             response.reason = _reason(head.status)
@@ -161,7 +164,8 @@ class Router:
             response.stream = _DisplayCopy()
             if flow.request.http_version.startswith("HTTP/1") and "content-length" not in response.headers:
                 response.headers["transfer-encoding"] = "chunked"
-        self._restore(flow, exchange)
+        if exchange.head is None:
+            self._restore(flow, exchange)
 
     def response(self, flow: http.HTTPFlow) -> None:
         exchange = self._live.pop(flow.id, None)
