@@ -146,6 +146,7 @@ class RelayConnection(asyncio.Protocol):
         try:
             await self.relay.serve(token, self)
         finally:
+            self._decide(_NO_RESPONSE)  # whatever happened, the Router's hook must not wait on
             self._task = None
             self._producer = None
             if self.transport is not None and not self.transport.is_closing():
