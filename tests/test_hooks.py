@@ -70,6 +70,21 @@ async def test_matching_flow_is_re_aimed_at_the_relay_with_a_single_use_token(ru
         await router.done()
 
 
+@pytest.mark.parametrize(("http_version", "provisional"), [("HTTP/1.1", True), ("HTTP/2.0", False)])
+async def test_only_http1_flows_get_a_provisional_head(rules_file: Path, http_version: str, provisional: bool) -> None:
+    """While the Router's hook waits for the real head, mitmproxy queues the flow's
+    events: an HTTP/2 stream reset would wait too, and the upstream would go on."""
+    keeper = RulesKeeper()
+    router = Router(keeper)
+    with taddons.context(keeper, router) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(rules_file))
+        flow = chat_flow()
+        flow.request.http_version = http_version
+        await router.request(flow)
+        assert router._live[flow.id].provisional_head is provisional
+        await router.done()
+
+
 @pytest.mark.parametrize(
     "flow_args",
     [{"host": "example.com"}, {"path": "/v1/embeddings"}, {"model": "o3-mini"}],

@@ -58,10 +58,10 @@ async def ask(relay: Relay, token: str) -> tuple[asyncio.StreamReader, asyncio.S
     return reader, writer
 
 
-def register(relay: Relay, upstream: Server, **settings: object) -> Exchange:
+def register(relay: Relay, upstream: Server, *, provisional: bool = False, **settings: object) -> Exchange:
     url = upstream.url("/v1/chat/completions")
     request = OriginalRequest.of("POST", url, (("Content-Type", "application/json"),), BODY, json.loads(BODY))
-    return relay.register(route(url, **settings), request)
+    return relay.register(route(url, **settings), request, provisional_head=provisional)
 
 
 def dechunk(body: bytes) -> bytes:
@@ -121,7 +121,8 @@ async def test_a_client_that_stops_reading_is_not_an_upstream_stall(relay: Relay
     assert answer == frame * frames + DONE
 
 
-async def test_an_error_body_that_breaks_off_reaches_the_client_broken_off(relay: Relay) -> None:
+@pytest.mark.parametrize("provisional", [False, True], ids=["real-head", "provisional-head"])
+async def test_an_error_body_that_breaks_off_reaches_the_client_broken_off(relay: Relay, provisional: bool) -> None:
     """The last upstream's 400 is forwarded as the provider sent it; when its body
     broke off, the client must not get it with a length that claims it whole."""
     whole = b'{"error": {"message": "bad request: messages[0] is wrong", "type": "invalid_request_error"}}'
@@ -134,16 +135,22 @@ async def test_an_error_body_that_breaks_off_reaches_the_client_broken_off(relay
         peer.writer.transport.abort()  # a reset, mid-body
 
     async with Server(upstream) as up:
-        exchange = register(relay, up)
+        exchange = register(relay, up, provisional=provisional)
         reader, writer = await ask(relay, exchange.token)
         async with asyncio.timeout(WAIT_S):
             received = await reader.read()  # until the relay closes the connection
         writer.close()
-    assert exchange.head is not None and exchange.head.done()
-    decided = exchange.head.result()  # what the Router puts in place of the provisional head
-    assert decided.status == 400 and decided.streamed
-    assert "content-length" not in {name.lower() for name, _ in decided.headers}
-    _, _, body = received.partition(b"\r\n\r\n")
+    head, _, body = received.partition(b"\r\n\r\n")
+    if provisional:  # the head the Router puts in place of the provisional one
+        assert head.startswith(b"HTTP/1.1 200") and b"x-switchyard-provisional: 1" in head
+        assert exchange.head is not None and exchange.head.done()
+        decided = exchange.head.result()
+        assert decided.status == 400 and decided.streamed
+        assert "content-length" not in {name.lower() for name, _ in decided.headers}
+    else:
+        assert exchange.head is None
+        assert head.startswith(b"HTTP/1.1 400")
+        assert b"content-length" not in head.lower() and b"transfer-encoding: chunked" in head.lower()
     assert body == chunk(whole[:40])  # what came, and no last chunk: visibly cut
 
 

@@ -129,7 +129,10 @@ class Router:
             request.raw_content,
             body(),
         )
-        exchange = relay.register(route, original, self.keeper.faults)
+        # HTTP/1 only: a client that leaves closes its connection, which mitmproxy
+        # acts on even while a hook waits (an HTTP/2 stream reset is queued)
+        exchange = relay.register(route, original, self.keeper.faults,
+                                  provisional_head=request.http_version.startswith("HTTP/1"))
         self._live[flow.id] = exchange
         flow.metadata[METADATA_KEY] = {"route": route.name, "api": route.api, "original_url": original.url}
         request.scheme = "http"

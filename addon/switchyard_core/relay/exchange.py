@@ -92,7 +92,8 @@ class Exchange:
     suppressed_failover: bool = False
     shown_url: str | None = None  # the URL the flow was last restored to, for display
     faults: "FaultPlan | None" = None
-    head: "asyncio.Future[AnswerHead] | None" = None  # set when the relay begins the answer
+    provisional_head: bool = False  # the relay may answer mitmproxy before the real head is known
+    head: "asyncio.Future[AnswerHead] | None" = None  # set when the relay begins such an answer
     # committed | gave_up | exhausted | stream_cut | stream_stalled | client_gone | internal_error
     outcome: str = "pending"
 

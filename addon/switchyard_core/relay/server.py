@@ -39,7 +39,8 @@ from .upstream_client import UpstreamClient
 TOKEN_HEADER = "x-switchyard-token"
 PROVISIONAL_HEADER = "x-switchyard-provisional"
 _PROVISIONAL_HEAD = f"HTTP/1.1 200 OK\r\n{PROVISIONAL_HEADER}: 1\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
-_NO_RESPONSE = AnswerHead(502, (("Content-Type", "text/plain; charset=utf-8"),), True)
+# the relay's connection is going: mitmproxy answers the client with its own 502
+_NO_RESPONSE = AnswerHead(502, (("Content-Type", "text/plain; charset=utf-8"),), streamed=False)
 _TOKEN_HEADER = TOKEN_HEADER.encode()
 # mitmproxy keeps its relay connection for the client connection's life and may be
 # slow to send on it under load: idle ones go only after a while (aiohttp's default
@@ -244,9 +245,16 @@ class Relay:
         self._retired.append(self.http)
         self.http = http
 
-    def register(self, route: Route, request: OriginalRequest, faults: FaultPlan | None = None) -> Exchange:
-        """An exchange the relay will serve once, for the holder of its token."""
-        exchange = Exchange(token=secrets.token_urlsafe(18), route=route, request=request, faults=faults)
+    def register(self, route: Route, request: OriginalRequest, faults: FaultPlan | None = None, *,
+                 provisional_head: bool = False) -> Exchange:
+        """An exchange the relay will serve once, for the holder of its token.
+
+        `provisional_head`: answer mitmproxy at once with a provisional head (see
+        above).  Only where a client that leaves closes its connection: while the
+        Router's hook waits, mitmproxy queues the flow's events, and an HTTP/2
+        stream reset would wait with them while the upstream went on."""
+        exchange = Exchange(token=secrets.token_urlsafe(18), route=route, request=request, faults=faults,
+                            provisional_head=provisional_head)
         self._pending[exchange.token] = exchange
         return exchange
 
@@ -280,7 +288,8 @@ class Relay:
             sink.send_whole(403, [("Content-Type", "text/plain; charset=utf-8")],
                             b"switchyard relay: unknown or used token\n")
             return
-        sink.begin(exchange)
+        if exchange.provisional_head:
+            sink.begin(exchange)
         loop = AttemptLoop(exchange, self.http, sink)
         self.in_flight += 1
         try:
