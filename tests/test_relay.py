@@ -197,3 +197,28 @@ async def test_a_connection_serves_one_request_after_another_even_under_an_eager
         writer.close()
     finally:
         asyncio.get_running_loop().set_task_factory(None)
+
+
+async def test_an_answer_to_head_is_a_head_only_and_the_connection_stays_usable(relay: Relay) -> None:
+    async def upstream(peer: Peer) -> None:
+        raw = await peer.read_request()
+        assert raw.startswith(b"HEAD ")
+        await peer.send(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n")
+        await peer.wait_closed_by_client()
+
+    async with Server(upstream) as up:
+        url = up.url("/v1/chat/completions")
+        request = OriginalRequest.of("HEAD", url, (), b"", None)
+        exchange = relay.register(route(url), request, provisional_head=True)
+        reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+        writer.write(b"HEAD /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n%b: %b\r\n\r\n"
+                     % (TOKEN_HEADER.encode(), exchange.token.encode()))
+        async with asyncio.timeout(WAIT_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        # the next request on the connection is read as such: no body bytes were left behind
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")
+        async with asyncio.timeout(WAIT_S):
+            after = await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+    assert after.startswith(b"HTTP/1.1 403")

@@ -78,6 +78,7 @@ class RelayConnection(asyncio.Protocol):
         self._sent = False
         self._chunked = False
         self._aborted = False
+        self._bodiless = False
         self._head: asyncio.Future[AnswerHead] | None = None  # the real head, for the Router's hook
 
     # --- asyncio's side ------------------------------------------------------------
@@ -137,6 +138,7 @@ class RelayConnection(asyncio.Protocol):
             self._idle.cancel()
             self._idle = None
         self._sent = self._chunked = self._aborted = False
+        self._bodiless = self._parser.get_method() == b"HEAD"  # an answer to HEAD has a head only
         self._head = None
         task = asyncio.get_running_loop().create_task(self._serve(self._token))
         # mitmproxy's loop runs new tasks eagerly: a short answer (a 403) may be
@@ -186,7 +188,7 @@ class RelayConnection(asyncio.Protocol):
         self.transport.write(_head(status, headers, "Transfer-Encoding: chunked"))
 
     def write(self, data: bytes) -> None:
-        if not data or self._aborted or self.transport is None:
+        if not data or self._aborted or self._bodiless or self.transport is None:
             return
         # one write() (never writelines(): before CPython 3.12.9 it skips the
         # flow-control check, and a slow client would never pause the upstream)
@@ -200,7 +202,7 @@ class RelayConnection(asyncio.Protocol):
             self.write(body)
             return
         self._chunked = False
-        self.transport.write(_head(status, headers, f"Content-Length: {len(body)}") + body)
+        self.transport.write(_head(status, headers, f"Content-Length: {len(body)}") + (b"" if self._bodiless else body))
 
     def pace(self, producer: Body | None) -> None:
         """While mitmproxy is not reading, the upstream answer being forwarded must not be either."""
@@ -221,7 +223,7 @@ class RelayConnection(asyncio.Protocol):
             return
         if not self._sent:
             self.send_whole(502, [("Content-Type", "text/plain; charset=utf-8")], b"switchyard: no response\n")
-        if self._chunked:
+        if self._chunked and not self._bodiless:
             self.transport.write(b"0\r\n\r\n")
 
 
@@ -288,7 +290,7 @@ class Relay:
             sink.send_whole(403, [("Content-Type", "text/plain; charset=utf-8")],
                             b"switchyard relay: unknown or used token\n")
             return
-        if exchange.provisional_head:
+        if exchange.provisional_head and exchange.request.method != "HEAD":
             sink.begin(exchange)
         loop = AttemptLoop(exchange, self.http, sink)
         self.in_flight += 1
