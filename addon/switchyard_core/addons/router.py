@@ -10,8 +10,6 @@ never touched.
 
 from __future__ import annotations
 
-from http import HTTPStatus
-
 import json
 import logging
 from collections import Counter
@@ -27,6 +25,7 @@ from mitmproxy.proxy import mode_specs
 from .. import observe
 from ..observe import METADATA_KEY
 from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, AttemptRecord, Exchange, OriginalRequest, Relay, UpstreamClient
+from ..relay.server import reason_phrase
 from ..relay.upstream import is_cross_origin
 from .rules_keeper import RulesKeeper
 
@@ -147,16 +146,16 @@ class Router:
         exchange = self._live.get(flow.id)
         if exchange is None or flow.response is None:
             return
+        # display first: once a provisional head's real one is decided, every step
+        # delays the first token (a fallback's URL is shown at the end, in `response`)
+        self._restore(flow, exchange)
         response = flow.response
         streamed = "text/event-stream" in response.headers.get("content-type", "").lower()
         if PROVISIONAL_HEADER in response.headers and exchange.head is not None:
-            # the relay answered at once; the real head comes when the attempt loop
-            # decides, and from then on every step delays the first token: the flow's
-            # display is restored now, and again (for a fallback's URL) at the end
-            self._restore(flow, exchange)
+            # the relay answered at once; the real head comes when the attempt loop decides
             head = await exchange.head
             response.status_code = head.status
-            response.reason = _reason(head.status)
+            response.reason = reason_phrase(head.status)
             response.headers = Headers([(k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
                                         for k, v in head.headers])
             streamed = head.streamed
@@ -167,8 +166,6 @@ class Router:
             response.stream = _DisplayCopy()
             if flow.request.http_version.startswith("HTTP/1") and "content-length" not in response.headers:
                 response.headers["transfer-encoding"] = "chunked"
-        if exchange.head is None:
-            self._restore(flow, exchange)
 
     def response(self, flow: http.HTTPFlow) -> None:
         exchange = self._live.pop(flow.id, None)
@@ -311,13 +308,6 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
     attempt.comment = f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; request body omitted"
     attempt.marked = ":red_circle:"
     return attempt
-
-
-def _reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return ""
 
 
 def _json_of(flow: http.HTTPFlow) -> Any:

@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 from .. import observe
 from ..faults import FaultyAnswer
@@ -285,7 +284,7 @@ class AttemptLoop:
         first_output_s = settings.first_output_timeout_s
         deadline = record.started + first_output_s if first_output_s else None
         body = answer.body
-        silence = Silence(excused=lambda: body.held)
+        silence = self._silence(answer)
         touch = silence.touch
         write = self.client.write
         passes = gate.passes
@@ -319,9 +318,8 @@ class AttemptLoop:
                 silence.expect_by(idle_s)
 
         staging_bound()
-        self.client.sink.pace(body)
         try:
-            error = await silence.wait(body.pipe(through))
+            error = await self._pipe(answer, through, silence)
         except TimeoutError:
             if gate.committed:
                 if not gate.complete:  # after the API's end marker, quiet is no stall: the answer is whole
@@ -332,9 +330,6 @@ class AttemptLoop:
             what = f"nothing for {settings.idle_timeout_s:g}s" if silent else f"no output within {first_output_s:g}s"
             info = ErrorInfo(status=504, message=what, event_type="timeout", retryable_hint=True)
             return self._fail(attempt, info, timed_out=True)
-        finally:
-            silence.close()
-            self.client.sink.pace(None)
         if failures:
             return await self._failed_in_stream(failures[0], gate, answer, attempt)
         if error is not None:
@@ -397,30 +392,37 @@ class AttemptLoop:
     async def _pass_rest(self, answer: Answer) -> None:
         """The rest of an answer forwarded as sent; if it breaks or stalls, so does the
         client's (a clean end would claim a complete answer)."""
-        if await self._pipe(answer, self.client.write) != "ended":
-            self.client.cut()
-
-    async def _pipe(self, answer: Answer, sink: Callable[[bytes], None]) -> Literal["ended", "broke", "stalled"]:
-        """Push the rest of `answer` into `sink` until it ends, breaks, or is silent
-        for idle_timeout_s; while the client cannot keep up, the upstream waits."""
-        idle_s = self.settings.idle_timeout_s or None
-        silence = Silence(excused=lambda: answer.body.held)
+        silence = self._silence(answer)
         touch = silence.touch
+        write = self.client.write
 
         def timed(chunk: bytes) -> None:
             touch()
-            sink(chunk)
+            write(chunk)
 
-        self.client.sink.pace(answer.body)
-        silence.expect_by(idle_s)
+        silence.expect_by(self.settings.idle_timeout_s or None)
         try:
-            error = await silence.wait(answer.body.pipe(timed))
-        except TimeoutError:
-            return "stalled"
+            broke = await self._pipe(answer, timed, silence) is not None
+        except TimeoutError:  # stalled
+            broke = True
+        if broke:
+            self.client.cut()
+
+    def _silence(self, answer: Answer) -> Silence:
+        """A read deadline for `answer`; quiet while the client holds it back does not count."""
+        body = answer.body
+        return Silence(excused=lambda: body.held)
+
+    async def _pipe(self, answer: Answer, sink: Callable[[bytes], None], silence: Silence) -> BaseException | None:
+        """Push the rest of `answer` into `sink` until it ends (None) or breaks (the
+        error); TimeoutError once `silence`'s bound passes.  While the client cannot
+        keep up, the upstream waits."""
+        self.client.sink.pace(answer.body)
+        try:
+            return await silence.wait(answer.body.pipe(sink))
         finally:
             silence.close()
             self.client.sink.pace(None)
-        return "ended" if error is None else "broke"
 
     # --- endings --------------------------------------------------------------------
 

@@ -49,12 +49,15 @@ IDLE_CLOSE_S = 60.0
 REQUEST_READ_S = 30.0
 
 
-def _head(status: int, headers: list[tuple[str, str]], framing: str) -> bytes:
+def reason_phrase(status: int) -> str:
     try:
-        reason = HTTPStatus(status).phrase
+        return HTTPStatus(status).phrase
     except ValueError:
-        reason = ""
-    lines = [f"HTTP/1.1 {status} {reason}"]
+        return ""
+
+
+def _head(status: int, headers: list[tuple[str, str]], framing: str) -> bytes:
+    lines = [f"HTTP/1.1 {status} {reason_phrase(status)}"]
     lines.extend(f"{name}: {value}" for name, value in headers)
     lines.append(framing)
     lines.append("\r\n")

@@ -256,9 +256,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._head = asyncio.get_running_loop().create_future()
         if self.transport.is_reading() is False:
             self.transport.resume_reading()
-        self.transport.write(head + body if len(body) < 65536 else head)
-        if len(body) >= 65536:
-            self.transport.write(body)
+        self.transport.write(head + body)
         return self._head
 
     async def tunnel(self, authority: str, proxy_auth: str | None) -> None:
