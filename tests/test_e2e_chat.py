@@ -162,7 +162,10 @@ def test_error_after_content_is_never_retried(env: Env) -> None:
 def test_valid_stream_passes_through_byte_identical(env: Env) -> None:
     frames = wire.chat_stream("A perfectly normal answer, with “unicode” ✓.")
     env.provider.script("primary", Reply.sse(*frames, headers={"x-request-id": "req_abc"}))
+    mark = env.mitm.log_mark()
     result = env.curl(chat_url(env), env.chat_body())
+    # mitmproxy's own line, logged once the first token is out (deferred, not dropped)
+    env.mitm.wait_for_log("Streaming response from 127.0.0.1.", mark)
     assert result.body == b"".join(frames)
     assert result.headers["x-request-id"] == "req_abc"
     assert result.headers["x-switchyard-upstream"] == "primary"

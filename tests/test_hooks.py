@@ -55,8 +55,8 @@ async def test_matching_flow_is_re_aimed_at_the_relay_with_a_single_use_token(ru
         await router.request(flow)
         assert router.relay is not None and router.relay.port
         assert (flow.request.scheme, flow.request.host, flow.request.port) == ("http", "127.0.0.1", router.relay.port)
-        assert flow.server_conn.address == ("127.0.0.1", router.relay.port)
-        assert flow.server_conn.via is None
+        # mitmproxy connects by the request's address, and the flow's `via` and transport
+        assert (flow.server_conn.via, flow.server_conn.transport_protocol) == (None, "tcp")
         token = flow.request.headers[TOKEN_HEADER]
         assert len(token) >= 20
         assert flow.metadata["switchyard"]["route"] == "chat"
@@ -67,6 +67,22 @@ async def test_matching_flow_is_re_aimed_at_the_relay_with_a_single_use_token(ru
         assert flow.request.headers["host"] == "api.openai.com"
         assert TOKEN_HEADER not in flow.request.headers
         assert flow.response.stream  # SSE answers stream through
+        await router.done()
+
+
+async def test_a_flow_bound_for_an_upstream_proxy_gets_a_direct_connection_to_the_relay(rules_file: Path) -> None:
+    """In upstream-proxy mode the flow's server connection names the proxy: the
+    relay is on loopback, and must not be asked for through that proxy."""
+    keeper = RulesKeeper()
+    router = Router(keeper)
+    with taddons.context(keeper, router) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(rules_file))
+        flow = chat_flow()
+        flow.server_conn.via = ("http", ("proxy.internal", 3128))
+        await router.request(flow)
+        assert router.relay is not None
+        assert flow.server_conn.via is None
+        assert flow.server_conn.address == ("127.0.0.1", router.relay.port)
         await router.done()
 
 

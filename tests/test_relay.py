@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import struct
 from collections.abc import AsyncIterator
@@ -222,3 +223,29 @@ async def test_an_answer_to_head_is_a_head_only_and_the_connection_stays_usable(
             after = await reader.readuntil(b"\r\n\r\n")
         writer.close()
     assert after.startswith(b"HTTP/1.1 403")
+
+
+async def test_a_first_answer_is_logged_as_committed_once_the_exchange_ends(
+        relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
+    """The first token's moment gets no log line: `switchyard.committed` comes at
+    the end, with how the exchange ended."""
+    caplog.set_level(logging.DEBUG, logger="switchyard")
+    seen_before_end: list[str] = []
+
+    async def upstream(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(chunked_head([("Content-Type", "text/event-stream")]), chunk(content("hi")))
+        await asyncio.sleep(0.05)  # the client has the first token by now
+        seen_before_end.extend(r.getMessage() for r in caplog.records)
+        await peer.send(chunk(DONE), LAST_CHUNK)
+        await peer.wait_closed_by_client()
+
+    async with Server(upstream) as up:
+        exchange = register(relay, up)
+        reader, writer = await ask(relay, exchange.token)
+        body = await read_until_closed(reader)
+        writer.close()
+    assert dechunk(body.split(b"\r\n\r\n", 1)[1]) == content("hi") + DONE
+    assert not [m for m in seen_before_end if m.startswith("switchyard.committed")]
+    committed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("switchyard.committed")]
+    assert committed == ["switchyard.committed route=chat upstream=primary attempt=1 first_event=chunk outcome=committed"]

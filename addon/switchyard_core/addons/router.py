@@ -28,6 +28,7 @@ from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, AttemptRecord, Exchange, O
 from ..relay.server import reason_phrase
 from ..relay.upstream import is_cross_origin
 from .rules_keeper import RulesKeeper
+from .streaming_note import StreamingNoteDeferral
 
 UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "mode", "upstream_auth"}
 DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer kept for mitmweb
@@ -64,6 +65,7 @@ class Router:
         self.relay: Relay | None = None
         self._live: dict[str, Exchange] = {}  # flow id -> exchange
         self.counters: Counter[str] = Counter()
+        self._notes = StreamingNoteDeferral()
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -83,9 +85,11 @@ class Router:
         )
 
     async def running(self) -> None:
+        self._notes.install()
         await self._ensure_relay()
 
     async def done(self) -> None:
+        self._notes.uninstall()
         if self.relay is not None:
             await self.relay.stop()
             self.relay = None
@@ -138,8 +142,13 @@ class Router:
         request.host = "127.0.0.1"
         request.port = relay.port
         request.headers[TOKEN_HEADER] = exchange.token
-        # a fresh server connection: plain, loopback, no upstream proxy in between
-        flow.server_conn = connection.Server(address=("127.0.0.1", relay.port))
+        # mitmproxy picks the connection by the request's address, scheme and the
+        # flow's `via` and transport: those must say plain TCP to the relay, with no
+        # upstream proxy in between (a fresh Server, where they do not: `via` cannot
+        # be cleared on an open tunnel; not always: creating one costs the first token)
+        server = flow.server_conn
+        if server.via is not None or server.transport_protocol != "tcp":
+            flow.server_conn = connection.Server(address=("127.0.0.1", relay.port))
         self.counters["routed"] += 1
 
     async def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -159,6 +168,8 @@ class Router:
             response.headers = Headers([(k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
                                         for k, v in head.headers])
             streamed = head.streamed
+            if streamed:  # mitmproxy sends the head now, and logs that it streams: after the first token
+                self._notes.expect(flow.client_conn.peername)
         # the relay's connection is mitmproxy's own business; the client's need not
         # close: frame the body for it as the upstream would have
         response.headers.pop("connection", None)
@@ -171,6 +182,7 @@ class Router:
         exchange = self._live.pop(flow.id, None)
         if exchange is None or flow.response is None:
             return
+        self._notes.forget(flow.client_conn.peername)
         if self.relay is not None:
             self.relay.forget(exchange.token)  # answered by someone else (another addon)
         self._restore(flow, exchange)
@@ -183,6 +195,7 @@ class Router:
     def error(self, flow: http.HTTPFlow) -> None:
         exchange = self._live.pop(flow.id, None)
         if exchange is not None:
+            self._notes.forget(flow.client_conn.peername)
             if self.relay is not None:
                 self.relay.forget(exchange.token)
             self._restore(flow, exchange)
@@ -311,8 +324,10 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
 
 
 def _json_of(flow: http.HTTPFlow) -> Any:
+    request = flow.request
     try:
-        return json.loads(flow.request.get_content(strict=False) or b"")
+        body = request.raw_content if "content-encoding" not in request.headers else request.get_content(strict=False)
+        return json.loads(body or b"")
     except (ValueError, RecursionError):
         return None
 

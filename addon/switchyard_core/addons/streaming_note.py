@@ -1,0 +1,56 @@
+"""mitmproxy's "Streaming response from …" line, one loop pass late for relayed flows.
+
+mitmproxy logs that line the moment it sends a streamed answer's head.  For a
+flow Switchyard relays to an HTTP/1 client, that moment is the first token's:
+the head waits until the answer is decided (see `Router.responseheaders`).  The
+line's cost there (formatting, the terminal write, and mitmproxy's `add_log`
+hook over every addon) measured about 0.2 ms of the first token's time
+(issue 6).  So it is held back and logged unchanged, with its original time,
+one loop pass later: after mitmproxy has written the first token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+MESSAGE_PREFIX = "Streaming response from "
+LOGGER = "mitmproxy.proxy.server"  # where mitmproxy's connection handlers log
+_DEFERRED = "switchyard_deferred"
+
+
+class StreamingNoteDeferral(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self._clients: set[Any] = set()  # client addresses whose next note waits a pass
+
+    def install(self) -> None:
+        logging.getLogger(LOGGER).addFilter(self)
+
+    def uninstall(self) -> None:
+        logging.getLogger(LOGGER).removeFilter(self)
+        self._clients.clear()
+
+    def expect(self, client: Any) -> None:
+        """This client's answer head goes out now, with its first token."""
+        self._clients.add(client)
+
+    def forget(self, client: Any) -> None:
+        self._clients.discard(client)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        client = getattr(record, "client", None)
+        if (client not in self._clients or getattr(record, _DEFERRED, False)
+                or not str(record.msg).startswith(MESSAGE_PREFIX)):
+            return True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return True
+        self._clients.discard(client)
+        setattr(record, _DEFERRED, True)
+        # a timer due now runs after everything already queued, which includes
+        # mitmproxy's read of the first token from the relay
+        loop.call_later(0, logging.getLogger(record.name).handle, record)
+        return False
