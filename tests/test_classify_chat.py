@@ -751,3 +751,34 @@ def test_classify_never_raises_on_random_bytes(data: bytes) -> None:
     splitter = FrameSplitter()
     for frame in splitter.feed(data) + splitter.finish():
         stream.classify(frame.event)
+
+
+def _looks_by_search(raw: bytes) -> bool:
+    """The after-output check's meaning, written the slow, plain way."""
+    import re
+
+    return (b"error" in raw or b"[DONE]" in raw or re.search(rb'"finish_reason"\s*:\s*"', raw) is not None
+            or re.search(rb'"index"\s*:\s*[1-9]', raw) is not None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    choices=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=12), st.sampled_from([None, "stop", "length", "error"]),
+                  st.text(max_size=12), st.sampled_from([":", ": ", " : "])),
+        min_size=1, max_size=3),
+    tool_index=st.one_of(st.none(), st.integers(min_value=0, max_value=3)),
+)
+def test_the_cheap_after_output_check_looks_wherever_a_search_would(
+        choices: list[tuple[int, str | None, str, str]], tool_index: int | None) -> None:
+    """The hot path counts instead of searching: it must never skip a frame the
+    plain search would look at (a finish reason, another choice, spaced JSON)."""
+    parts = []
+    for index, finish, text, colon in choices:
+        delta: dict[str, Any] = {"content": text}
+        if tool_index is not None:
+            delta["tool_calls"] = [{"index": tool_index, "function": {"arguments": "{}"}}]
+        choice = json.dumps({"index": index, "delta": delta, "finish_reason": finish}, separators=(",", ":"))
+        parts.append(choice.replace('":', '"' + colon))
+    raw = b'data: {"object":"chat.completion.chunk","choices":[%b]}\n\n' % ",".join(parts).encode()
+    assert ChatStream().worth_a_look(raw) is _looks_by_search(raw)

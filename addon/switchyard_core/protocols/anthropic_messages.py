@@ -52,7 +52,7 @@ class MessagesStream(StreamState):
     __slots__ = ()
 
     def worth_a_look(self, raw: bytes) -> bool:
-        return b"error" in raw or b"message_stop" in raw
+        return raw.find(b"error") >= 0 or raw.find(b"message_stop") >= 0  # `find` beats `in` on bytes
 
     def _classify(self, event: SseEvent) -> Classification:
         if event.comment_only:

@@ -101,9 +101,15 @@ class ChatStream(StreamState):
         return self._complete or (bool(self._choices) and self._choices <= self._finished)
 
     def worth_a_look(self, raw: bytes) -> bool:
-        # a choice other than the first must be seen too, or n>1 streams look complete early
-        return (b"error" in raw or b"[DONE]" in raw or _FINISH_SET.search(raw) is not None
-                or _OTHER_CHOICE.search(raw) is not None)
+        # a choice other than the first must be seen too, or n>1 streams look complete early.
+        # Plain content, as providers send it, has every finish_reason null and every
+        # index 0: counting those is cheaper than searching for the rest (the hot path;
+        # `find` too beats `in`), and anything else, spaced JSON included, gets a look
+        find, count = raw.find, raw.count
+        if find(b"error") >= 0 or find(b"[DONE]") >= 0:
+            return True
+        return ((count(b'"finish_reason"') != count(b'"finish_reason":null') and _FINISH_SET.search(raw) is not None)
+                or (count(b'"index"') != count(b'"index":0') and _OTHER_CHOICE.search(raw) is not None))
 
     def _classify(self, event: SseEvent) -> Classification:
         if event.comment_only:

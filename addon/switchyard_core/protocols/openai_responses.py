@@ -141,7 +141,9 @@ class ResponsesStream(StreamState):
     __slots__ = ()
 
     def worth_a_look(self, raw: bytes) -> bool:
-        return b"error" in raw or b"failed" in raw or b"response.completed" in raw or b"response.incomplete" in raw or b"[DONE]" in raw
+        find = raw.find  # `find` beats `in` on bytes
+        return (find(b"error") >= 0 or find(b"failed") >= 0 or find(b"response.completed") >= 0
+                or find(b"response.incomplete") >= 0 or find(b"[DONE]") >= 0)
 
     def _classify(self, event: SseEvent) -> Classification:
         if event.comment_only:
