@@ -142,10 +142,11 @@ class Router:
         request.host = "127.0.0.1"
         request.port = relay.port
         request.headers[TOKEN_HEADER] = exchange.token
-        # mitmproxy picks the connection by the request's address, scheme and the
-        # flow's `via` and transport: those must say plain TCP to the relay, with no
-        # upstream proxy in between (a fresh Server, where they do not: `via` cannot
-        # be cleared on an open tunnel; not always: creating one costs the first token)
+        # mitmproxy picks the connection by the request's address and scheme and the
+        # flow's `via` and transport: plain TCP to the relay, no upstream proxy in
+        # between.  Where the flow's server says otherwise (upstream-proxy mode) it gets
+        # a fresh one (`via` cannot be cleared on an open tunnel); only there, since
+        # creating one is measurable on the first token
         server = flow.server_conn
         if server.via is not None or server.transport_protocol != "tcp":
             flow.server_conn = connection.Server(address=("127.0.0.1", relay.port))

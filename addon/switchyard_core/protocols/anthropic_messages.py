@@ -36,14 +36,14 @@ _EMPTY_START_BLOCKS = frozenset({"text", "thinking"})
 
 def _block_carries_content(block: Any) -> bool:
     """An empty text or thinking block is a header; anything else is answer."""
-    if not isinstance(block, Mapping) or block.get("type") not in _EMPTY_START_BLOCKS:
+    if not isinstance(block, dict) or block.get("type") not in _EMPTY_START_BLOCKS:
         return True
     return carries_text(block)
 
 
 def _message_carries_content(obj: Mapping[str, Any]) -> bool:
     message = obj.get("message")
-    return isinstance(message, Mapping) and bool(message.get("content"))
+    return isinstance(message, dict) and bool(message.get("content"))
 
 
 class MessagesStream(StreamState):
@@ -72,7 +72,7 @@ class MessagesStream(StreamState):
                 return Classification(FrameKind.TERMINAL, "[DONE]")
             return Classification(FrameKind.EMPTY_END, "[DONE]")
         obj = event.json()
-        etype = obj.get("type") if isinstance(obj, Mapping) else None
+        etype = obj.get("type") if isinstance(obj, dict) else None
         if not isinstance(etype, str):
             etype = event.event
         if event.event == "error" or etype == "error":
@@ -80,7 +80,7 @@ class MessagesStream(StreamState):
                 message=data[:MESSAGE_LIMIT], event_type="error"
             )
             return Classification(FrameKind.FAILURE, "error", info)
-        if not isinstance(obj, Mapping):
+        if not isinstance(obj, dict):
             return Classification(FrameKind.OUTPUT, etype or "unknown")
         if etype == "ping":
             return _PING
@@ -115,7 +115,7 @@ class AnthropicMessages:
         return MessagesStream()
 
     def body_error(self, body: Any) -> ErrorInfo | None:
-        if not isinstance(body, Mapping):
+        if not isinstance(body, dict):
             return None
         return error_info(body, event_type="body")
 

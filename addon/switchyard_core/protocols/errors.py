@@ -98,10 +98,10 @@ def error_info(
     "text"}`, an error object itself (`{"type": "error", "code": ..,
     "message": ..}`), and vLLM's old top-level `{"object": "error", ...}`.
     """
-    if not isinstance(obj, Mapping):
+    if not isinstance(obj, dict):
         return None
     inner = obj.get("error")
-    if isinstance(inner, Mapping) and inner:
+    if isinstance(inner, dict) and inner:
         source: Mapping[str, Any] = inner
     elif isinstance(inner, str) and inner:
         source = {"message": inner}

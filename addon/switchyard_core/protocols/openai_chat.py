@@ -37,10 +37,10 @@ def _tool_calls_carry_output(calls: Any) -> bool:
     if not isinstance(calls, list):
         return bool(calls)
     for call in calls:
-        if not isinstance(call, Mapping):
+        if not isinstance(call, dict):
             return True
         function = call.get("function")
-        if isinstance(function, Mapping) and function.get("arguments"):
+        if isinstance(function, dict) and function.get("arguments"):
             return True
         for key, value in call.items():
             if key not in ("index", "id", "type", "function") and value:
@@ -49,7 +49,7 @@ def _tool_calls_carry_output(calls: Any) -> bool:
 
 
 def _delta_carries_output(delta: Any) -> bool:
-    if not isinstance(delta, Mapping):
+    if not isinstance(delta, dict):
         return bool(delta)
     for key, value in delta.items():
         if key == "role" or not value:
@@ -128,12 +128,12 @@ class ChatStream(StreamState):
                 message=data[:300], event_type="error"
             )
             return Classification(FrameKind.FAILURE, "error", info)
-        if not isinstance(obj, Mapping):
+        if not isinstance(obj, dict):
             return _UNKNOWN
         choices = obj.get("choices")
         if isinstance(choices, list):
             for choice in choices:
-                if isinstance(choice, Mapping) and choice.get("finish_reason") in _FAILED_FINISH:
+                if isinstance(choice, dict) and choice.get("finish_reason") in _FAILED_FINISH:
                     if choice.get("finish_reason") == "error" or not self._seen_output:
                         return Classification(
                             FrameKind.FAILURE, "finish_reason", _choice_error(choice, obj)
@@ -147,7 +147,7 @@ class ChatStream(StreamState):
             return _UNKNOWN
         result = _LIFECYCLE
         for choice in choices:
-            if not isinstance(choice, Mapping):
+            if not isinstance(choice, dict):
                 return _UNKNOWN
             index = choice.get("index", 0)
             index = index if isinstance(index, int) else 0
@@ -167,7 +167,7 @@ class OpenAIChat:
         return ChatStream()
 
     def body_error(self, body: Any) -> ErrorInfo | None:
-        if not isinstance(body, Mapping):
+        if not isinstance(body, dict):
             return None
         found = error_info(body, event_type="body")
         if found is not None:
@@ -175,9 +175,9 @@ class OpenAIChat:
         choices = body.get("choices")
         if isinstance(choices, list):
             for choice in choices:
-                if isinstance(choice, Mapping) and choice.get("finish_reason") in _FAILED_FINISH:
+                if isinstance(choice, dict) and choice.get("finish_reason") in _FAILED_FINISH:
                     message = choice.get("message")
-                    if isinstance(message, Mapping) and message.get("content"):
+                    if isinstance(message, dict) and message.get("content"):
                         continue
                     return _choice_error(choice, body)
         return None

@@ -84,7 +84,7 @@ OVERLOAD_OUTPUT_TEXT = "Our servers are currently overloaded. Please try again l
 
 
 def _item_carries_content(item: Any) -> bool:
-    if not isinstance(item, Mapping):
+    if not isinstance(item, dict):
         return bool(item)
     fields = _ITEM_CONTENT_FIELDS.get(str(item.get("type")))
     if fields is not None:
@@ -97,7 +97,7 @@ def _payload_carries_content(obj: Mapping[str, Any]) -> bool:
 
 
 def _event_type(event: SseEvent, obj: Any) -> str | None:
-    if isinstance(obj, Mapping) and isinstance(obj.get("type"), str):
+    if isinstance(obj, dict) and isinstance(obj.get("type"), str):
         return str(obj["type"])
     return event.event
 
@@ -112,9 +112,9 @@ def failed_info(obj: Any, *, event_type: str = "response.failed") -> ErrorInfo:
     """
     found: ErrorInfo | None = None
     top_message = ""
-    if isinstance(obj, Mapping):
+    if isinstance(obj, dict):
         response = obj.get("response")
-        if isinstance(response, Mapping):
+        if isinstance(response, dict):
             found = error_info({"error": response.get("error")})
         if found is None:
             found = error_info({"error": obj.get("error")})
@@ -172,7 +172,7 @@ class ResponsesStream(StreamState):
         if etype == "response.failed" or event.event == "response.failed":
             self._complete = True
             return Classification(FrameKind.FAILURE, "response.failed", failed_info(obj))
-        if not isinstance(obj, Mapping):
+        if not isinstance(obj, dict):
             return Classification(FrameKind.OUTPUT, etype or "unknown")
         if obj.get("error"):
             # openai-python raises on a truthy top-level "error" in any frame
@@ -243,7 +243,7 @@ class OpenAIResponses:
         return ResponsesStream()
 
     def body_error(self, body: Any) -> ErrorInfo | None:
-        if not isinstance(body, Mapping):
+        if not isinstance(body, dict):
             return None
         if body.get("status") == "failed":
             return failed_info({"response": body}, event_type="body")
