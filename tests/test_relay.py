@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import socket
 import struct
 from collections.abc import AsyncIterator
@@ -248,4 +249,35 @@ async def test_a_first_answer_is_logged_as_committed_once_the_exchange_ends(
     assert dechunk(body.split(b"\r\n\r\n", 1)[1]) == content("hi") + DONE
     assert not [m for m in seen_before_end if m.startswith("switchyard.committed")]
     committed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("switchyard.committed")]
-    assert committed == ["switchyard.committed route=chat upstream=primary attempt=1 first_event=chunk outcome=committed"]
+    assert len(committed) == 1
+    assert re.fullmatch(r"switchyard\.committed route=chat upstream=primary attempt=1 first_event=chunk "
+                        r"first_output_after_s=[0-9.]+ outcome=committed", committed[0])
+
+
+async def test_a_client_that_leaves_after_output_is_logged_as_gone(
+        relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="switchyard")
+    client_left = asyncio.Event()
+
+    async def upstream(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(chunked_head([("Content-Type", "text/event-stream")]), chunk(content("hi")))
+        async with asyncio.timeout(WAIT_S):
+            await client_left.wait()
+        await peer.wait_closed_by_client()  # the relay lets the upstream go too
+
+    async with Server(upstream) as up:
+        exchange = register(relay, up)
+        reader, writer = await ask(relay, exchange.token)
+        async with asyncio.timeout(WAIT_S):
+            await reader.readuntil(b'"hi"')
+        writer.close()
+        client_left.set()
+        async with asyncio.timeout(WAIT_S):
+            while not any(r.getMessage().startswith("switchyard.committed") for r in caplog.records):
+                await asyncio.sleep(0.01)
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith(("switchyard.client_gone", "switchyard.committed"))]
+    assert lines[0].startswith("switchyard.client_gone route=chat attempts=1")
+    assert lines[1].startswith("switchyard.committed route=chat upstream=primary attempt=1")
+    assert lines[1].endswith("outcome=client_gone")

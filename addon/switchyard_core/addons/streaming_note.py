@@ -50,7 +50,8 @@ class StreamingNoteDeferral(logging.Filter):
             return True
         self._clients.discard(client)
         setattr(record, _DEFERRED, True)
-        # a timer due now runs after everything already queued, which includes
-        # mitmproxy's read of the first token from the relay
+        # the relay wrote the first token in the pass that decided the head, so
+        # mitmproxy reads it in this pass, after this hook; the reader task that
+        # read wakes is queued ahead of a timer due now
         loop.call_later(0, logging.getLogger(record.name).handle, record)
         return False

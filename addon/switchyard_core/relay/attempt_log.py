@@ -66,7 +66,7 @@ class AttemptLog:
             record, first_event = self._quiet_commit
             self._quiet_commit = None
             observe.emit(logging.DEBUG, "switchyard.committed", **self.fields(record), first_event=first_event,
-                         outcome=self.exchange.outcome)
+                         first_output_after_s=record.duration_s, outcome=self.exchange.outcome)
 
     def suppressed(self, record: AttemptRecord, info: ErrorInfo | None, event_type: str | None) -> None:
         """A failure after output: forwarded, never replayed."""

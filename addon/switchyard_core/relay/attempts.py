@@ -95,7 +95,6 @@ class AttemptLoop:
             await self._run()
         finally:
             self.client.stop_keepalive()
-            self.log.finished()
 
     async def _run(self) -> None:
         upstreams = self.route.upstreams

@@ -309,4 +309,5 @@ class Relay:
             loop.fail_internally(type(exc).__name__)
         finally:
             self.in_flight -= 1
+            loop.log.finished()  # once the outcome is known (a client that left, a bug)
         sink.end()
