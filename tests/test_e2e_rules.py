@@ -75,3 +75,34 @@ def test_editing_rules_while_running_applies_and_a_broken_edit_keeps_the_last_go
     finally:
         dump.stop()
         provider.stop()
+
+
+def test_the_script_reloaded_after_an_edit_goes_on_routing(tmp_path: Path) -> None:
+    """mitmproxy reloads a script whose file changes, calling its `done` and
+    `running` hooks synchronously: Switchyard must come back, not vanish."""
+    provider = FakeProvider().start()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(GOOD.format(port=provider.ports[1], backup_name="backup"))
+    script = tmp_path / "switchyard.py"  # a copy: editing the repo's own would reload every test's mitmdump
+    script.write_text(ADDON.read_text())
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", bare=True,
+                          extra_args=["-s", str(script), "--set", f"switchyard_rules={rules}"])
+    failing = Reply.sse(wire.chat_error(503, "overloaded"))
+    url = provider.url("primary", "/v1/chat/completions")
+    try:
+        provider.script("primary", failing)
+        assert curl_through(dump.proxy_url, url) == b"".join(wire.chat_stream(wire.answer_text("backup")))
+
+        mark = dump.log_mark()
+        time.sleep(1.1)  # a different mtime second for coarse file systems
+        script.write_text(ADDON.read_text() + "\n# edited\n")
+        dump.wait_for_log("switchyard.rules_loaded", mark)
+        provider.script("primary", failing)
+        assert curl_through(dump.proxy_url, url) == b"".join(wire.chat_stream(wire.answer_text("backup")))
+        log = dump.log_since(mark)
+        assert "Loading script" in log
+        assert "cannot be called from sync context" not in log and "Traceback" not in log
+        assert dump.process.poll() is None
+    finally:
+        dump.stop()
+        provider.stop()

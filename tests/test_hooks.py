@@ -67,7 +67,7 @@ async def test_matching_flow_is_re_aimed_at_the_relay_with_a_single_use_token(ru
         assert flow.request.headers["host"] == "api.openai.com"
         assert TOKEN_HEADER not in flow.request.headers
         assert flow.response.stream  # SSE answers stream through
-        await router.done()
+        router.done()
 
 
 async def test_a_flow_bound_for_an_upstream_proxy_gets_a_direct_connection_to_the_relay(rules_file: Path) -> None:
@@ -83,7 +83,7 @@ async def test_a_flow_bound_for_an_upstream_proxy_gets_a_direct_connection_to_th
         assert router.relay is not None
         assert flow.server_conn.via is None
         assert flow.server_conn.address == ("127.0.0.1", router.relay.port)
-        await router.done()
+        router.done()
 
 
 @pytest.mark.parametrize(("http_version", "provisional"), [("HTTP/1.1", True), ("HTTP/2.0", False)])
@@ -98,7 +98,7 @@ async def test_only_http1_flows_get_a_provisional_head(rules_file: Path, http_ve
         flow.request.http_version = http_version
         await router.request(flow)
         assert router._live[flow.id].provisional_head is provisional
-        await router.done()
+        router.done()
 
 
 @pytest.mark.parametrize(
@@ -119,7 +119,7 @@ async def test_flows_that_match_no_route_are_not_touched(rules_file: Path, flow_
         assert flow.server_conn is server_conn
         assert "switchyard" not in flow.metadata
         assert router.relay is None or router.relay.port is not None
-        await router.done()
+        router.done()
 
 
 async def test_relay_refuses_requests_without_a_token_it_issued(rules_file: Path) -> None:
@@ -137,7 +137,7 @@ async def test_relay_refuses_requests_without_a_token_it_issued(rules_file: Path
             for headers in ({}, {TOKEN_HEADER: "forged"}):
                 async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers=headers, data=b"{}") as response:
                     assert response.status == 403
-        await router.done()
+        router.done()
 
 
 def test_rules_option_loads_the_file_and_reload_command_reapplies_it(rules_file: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -258,7 +258,7 @@ routes:
             assert attempt.response.content == b"".join(failure)
             assert attempt.comment.startswith("attempt 1 (chat): primary: 503 provider overloaded → next_upstream")
             assert attempt.marked == ":red_circle:"
-            await router.done()
+            router.done()
     finally:
         provider.stop()
 

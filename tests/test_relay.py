@@ -48,7 +48,7 @@ async def relay() -> AsyncIterator[Relay]:
     try:
         yield relay
     finally:
-        await relay.stop()
+        relay.stop()
 
 
 async def ask(relay: Relay, token: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -41,7 +41,7 @@ from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Peer, Server, answ
 async def client() -> AsyncIterator[UpstreamClient]:
     upstream = UpstreamClient()
     yield upstream
-    await upstream.close()
+    upstream.close()
 
 
 def request(url: str, method: str = "GET", headers: Sequence[tuple[str, str]] = (),
@@ -616,7 +616,7 @@ async def test_http_through_an_upstream_proxy_uses_absolute_form_with_credential
                                        [("Content-Type", "application/json")], b'{"a":1}')
             assert await read_all(answer) == (b"via proxy", None)
         finally:
-            await client.close()
+            client.close()
         line, headers, sent = request_head(proxy.requests[0])
         assert line == f"POST http://127.0.0.1:{target_port}/path?q=1 HTTP/1.1"
         assert headers["proxy-authorization"] == "Basic " + base64.b64encode(b"user:pw").decode()

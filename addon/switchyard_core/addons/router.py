@@ -10,6 +10,7 @@ never touched.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections import Counter
@@ -66,6 +67,7 @@ class Router:
         self._live: dict[str, Exchange] = {}  # flow id -> exchange
         self.counters: Counter[str] = Counter()
         self._notes = StreamingNoteDeferral()
+        self._start: asyncio.Task[Relay] | None = None  # the relay's start, from `running`
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -84,14 +86,21 @@ class Router:
             proxy_auth=ctx.options.upstream_auth if "upstream_auth" in ctx.options else None,
         )
 
-    async def running(self) -> None:
-        self._notes.install()
-        await self._ensure_relay()
+    # `running` and `done` are synchronous: mitmproxy calls them so when it loads the
+    # script into a running proxy or reloads it after an edit (an async one raises there)
 
-    async def done(self) -> None:
+    def running(self) -> None:
+        self._notes.install()
+        self._start = asyncio.get_running_loop().create_task(self._ensure_relay())
+        self._start.add_done_callback(_report_start_failure)
+
+    def done(self) -> None:
         self._notes.uninstall()
+        if self._start is not None:
+            self._start.cancel()
+            self._start = None
         if self.relay is not None:
-            await self.relay.stop()
+            self.relay.stop()
             self.relay = None
 
     async def _ensure_relay(self) -> Relay:
@@ -322,6 +331,12 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
     attempt.comment = f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; request body omitted"
     attempt.marked = ":red_circle:"
     return attempt
+
+
+def _report_start_failure(task: "asyncio.Task[Relay]") -> None:
+    """A relay that cannot listen is said at once (the first routed flow tries again)."""
+    if not task.cancelled() and task.exception() is not None:
+        observe.emit(logging.ERROR, "switchyard.relay_failed", error=str(task.exception()))
 
 
 def _json_of(flow: http.HTTPFlow) -> Any:

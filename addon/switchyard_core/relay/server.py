@@ -239,6 +239,7 @@ class Relay:
         self.port: int | None = None
         self.in_flight = 0  # exchanges being served now (switchyard.status shows it)
         self._retired: list[UpstreamClient] = []
+        self._starting = asyncio.Lock()
 
     @property
     def pending(self) -> int:
@@ -267,16 +268,19 @@ class Relay:
         self._pending.pop(token, None)
 
     async def start(self) -> None:
-        if self._server is not None:
-            return
-        loop = asyncio.get_running_loop()
-        # a burst of flows opens as many relay connections at once: asyncio's default
-        # backlog of 100 would drop the rest's SYNs, and they would retry for seconds
-        self._server = await loop.create_server(lambda: RelayConnection(self), "127.0.0.1", 0, backlog=4096)
-        self.port = self._server.sockets[0].getsockname()[1]
-        observe.emit(logging.DEBUG, "switchyard.relay_listening", port=self.port)
+        async with self._starting:  # the `running` hook's start and a first flow's may overlap
+            if self._server is not None:
+                return
+            loop = asyncio.get_running_loop()
+            # a burst of flows opens as many relay connections at once: asyncio's default
+            # backlog of 100 would drop the rest's SYNs, and they would retry for seconds
+            self._server = await loop.create_server(lambda: RelayConnection(self), "127.0.0.1", 0, backlog=4096)
+            self.port = self._server.sockets[0].getsockname()[1]
+            observe.emit(logging.DEBUG, "switchyard.relay_listening", port=self.port)
 
-    async def stop(self) -> None:
+    def stop(self) -> None:
+        """Close everything, at once (synchronous: mitmproxy calls `done` synchronously
+        when it reloads the script)."""
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
@@ -284,7 +288,7 @@ class Relay:
         self._server = None
         self.port = None
         for client in (*self._retired, self.http):
-            await client.close()
+            client.close()
         self._retired.clear()
 
     async def serve(self, token: str, sink: RelayConnection) -> None:

@@ -155,7 +155,7 @@ class UpstreamClient:
     def idle_connections(self) -> int:
         return sum(len(idle) for idle in self._idle.values())
 
-    async def close(self) -> None:
+    def close(self) -> None:
         self._closed = True
         for idle in self._idle.values():
             for connection in list(idle):
