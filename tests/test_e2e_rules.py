@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.conftest import CLIENT_SECRET
 from tests.support import wire
 from tests.support.fake_provider import FakeProvider, Reply
-from tests.support.mitm import ADDON, MITMDUMP, start_mitmdump
+from tests.support.mitm import ADDON, MITMDUMP, Mitmdump, start_mitmdump
 
 GOOD = """\
 version: 1
@@ -45,32 +45,40 @@ def curl_through(proxy_url: str, url: str) -> bytes:
     return done.stdout
 
 
+def answered_by_after_a_primary_failure(dump: Mitmdump, provider: FakeProvider) -> bytes:
+    """The primary fails before output; what the client got through the proxy."""
+    provider.script("primary", Reply.sse(wire.chat_error(503, "overloaded")))
+    return curl_through(dump.proxy_url, provider.url("primary", "/v1/chat/completions"))
+
+
+def backup_answer(name: str) -> bytes:
+    return b"".join(wire.chat_stream(wire.answer_text(name)))
+
+
+def edit(path: Path, text: str) -> None:
+    time.sleep(1.1)  # a different mtime second for coarse file systems
+    path.write_text(text)
+
+
 def test_editing_rules_while_running_applies_and_a_broken_edit_keeps_the_last_good(tmp_path: Path) -> None:
     provider = FakeProvider().start()
     rules = tmp_path / "rules.yaml"
     rules.write_text(GOOD.format(port=provider.ports[1], backup_name="backup"))
     dump = start_mitmdump(rules, tmp_path / "mitmdump.log")
-    failing = Reply.sse(wire.chat_error(503, "overloaded"))
-    url = provider.url("primary", "/v1/chat/completions")
     try:
-        provider.script("primary", failing)
-        assert curl_through(dump.proxy_url, url) == b"".join(wire.chat_stream(wire.answer_text("backup")))
+        assert answered_by_after_a_primary_failure(dump, provider) == backup_answer("backup")
 
         mark = dump.log_mark()
-        time.sleep(1.1)  # a different mtime second for coarse file systems
-        rules.write_text(GOOD.format(port=provider.ports[1], backup_name="standby"))
+        edit(rules, GOOD.format(port=provider.ports[1], backup_name="standby"))
         dump.wait_for_log("switchyard.rules_reloaded", mark)
-        provider.script("primary", failing)
-        assert curl_through(dump.proxy_url, url) == b"".join(wire.chat_stream(wire.answer_text("standby")))
+        assert answered_by_after_a_primary_failure(dump, provider) == backup_answer("standby")
 
         mark = dump.log_mark()
-        time.sleep(1.1)
-        rules.write_text("version: 1\nroutes:\n  - name: chat\n    upstreams: nope\n")
+        edit(rules, "version: 1\nroutes:\n  - name: chat\n    upstreams: nope\n")
         log = dump.wait_for_log("switchyard.rules_invalid", mark)
         assert f"{rules}:4: routes[0].upstreams: Input should be a valid list" in log
         assert "last good rules" in log
-        provider.script("primary", failing)
-        assert curl_through(dump.proxy_url, url) == b"".join(wire.chat_stream(wire.answer_text("standby")))
+        assert answered_by_after_a_primary_failure(dump, provider) == backup_answer("standby")
         assert dump.process.poll() is None
     finally:
         dump.stop()
@@ -87,18 +95,13 @@ def test_the_script_reloaded_after_an_edit_goes_on_routing(tmp_path: Path) -> No
     script.write_text(ADDON.read_text())
     dump = start_mitmdump(rules, tmp_path / "mitmdump.log", bare=True,
                           extra_args=["-s", str(script), "--set", f"switchyard_rules={rules}"])
-    failing = Reply.sse(wire.chat_error(503, "overloaded"))
-    url = provider.url("primary", "/v1/chat/completions")
     try:
-        provider.script("primary", failing)
-        assert curl_through(dump.proxy_url, url) == b"".join(wire.chat_stream(wire.answer_text("backup")))
+        assert answered_by_after_a_primary_failure(dump, provider) == backup_answer("backup")
 
         mark = dump.log_mark()
-        time.sleep(1.1)  # a different mtime second for coarse file systems
-        script.write_text(ADDON.read_text() + "\n# edited\n")
+        edit(script, ADDON.read_text() + "\n# edited\n")
         dump.wait_for_log("switchyard.rules_loaded", mark)
-        provider.script("primary", failing)
-        assert curl_through(dump.proxy_url, url) == b"".join(wire.chat_stream(wire.answer_text("backup")))
+        assert answered_by_after_a_primary_failure(dump, provider) == backup_answer("backup")
         log = dump.log_since(mark)
         assert "Loading script" in log
         assert "cannot be called from sync context" not in log and "Traceback" not in log
