@@ -231,12 +231,7 @@ class AttemptLoop:
             size += len(chunk)
             if size > limit:
                 # too large to hold and check: commit and pass the rest through
-                self._commit(attempt, "body_limit")
-                self.client.stop_keepalive()
-                if self.client.headers_sent:  # a stream was promised: this is no stream
-                    self.client.announce(attempt.upstream.name)
-                    self.client.error_event("switchyard: the upstream answered a streaming request "
-                                            "with a non-streaming body", "non_streaming_answer")
+                if self._commit_whole(attempt, "body_limit"):
                     return None
                 self.client.start(answer.status, client_headers(answer.headers), attempt.upstream.name)
                 self.client.write(b"".join(chunks))
@@ -256,16 +251,21 @@ class AttemptLoop:
                 self._forward_answered(answered, info)
                 return None
             return failed
-        self._commit(attempt, "body")
-        self.client.stop_keepalive()
-        if self.client.headers_sent:
-            # keepalive already promised a stream, and this is no stream: say so in-band
-            self.client.announce(attempt.upstream.name)
-            self.client.error_event("switchyard: the upstream answered a streaming request "
-                                    "with a non-streaming body", "non_streaming_answer")
-        else:
+        if not self._commit_whole(attempt, "body"):
             self.client.send_whole(answer.status, client_headers(answer.headers), body, attempt.upstream.name)
         return None
+
+    def _commit_whole(self, attempt: _Try, first_event: str) -> bool:
+        """Commit a non-streaming answer; True if the client already had a stream's
+        headers (keepalive promised one), and was told in-band that this is none."""
+        self._commit(attempt, first_event)
+        self.client.stop_keepalive()
+        if not self.client.headers_sent:
+            return False
+        self.client.announce(attempt.upstream.name)
+        self.client.error_event("switchyard: the upstream answered a streaming request "
+                                "with a non-streaming body", "non_streaming_answer")
+        return True
 
     async def _stream(self, answer: Answer, attempt: _Try) -> _Failed | None:
         """A streamed answer, pushed through the gate as it arrives: staged until the
