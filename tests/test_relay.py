@@ -25,7 +25,7 @@ from switchyard_core.relay.exchange import Exchange, OriginalRequest
 from switchyard_core.relay.server import TOKEN_HEADER, Relay
 from switchyard_core.relay.upstream_client import UpstreamClient
 from switchyard_core.rules.loader import AttemptSettings, Route, Upstream
-from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Peer, Server, chunk, chunked_head
+from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Peer, Server, answering, chunk, chunked_head
 
 BODY = json.dumps({"model": "gpt-4o", "stream": True, "messages": []}).encode()
 DONE = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
@@ -281,3 +281,66 @@ async def test_a_client_that_leaves_after_output_is_logged_as_gone(
     assert lines[0].startswith("switchyard.client_gone route=chat attempts=1")
     assert lines[1].startswith("switchyard.committed route=chat upstream=primary attempt=1")
     assert lines[1].endswith("outcome=client_gone")
+
+
+async def open_streams(relay: Relay) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", relay.port)
+
+
+def send_request(writer: asyncio.StreamWriter, token: str) -> None:
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"%b: %b\r\nContent-Length: %d\r\n\r\n%b" % (TOKEN_HEADER.encode(), token.encode(), len(BODY), BODY))
+
+
+async def test_an_answer_goes_in_process_to_the_reader_of_its_own_connection(relay: Relay) -> None:
+    """Given mitmproxy's reader and writer of the connection an exchange comes on
+    (here: this test's, the same asyncio streams), the relay feeds its answer to
+    that reader; the bytes are the same as through the socket."""
+    async with Server(answering(chunked_head([("Content-Type", "text/event-stream")])
+                                + chunk(content("hi")) + chunk(DONE) + LAST_CHUNK)) as up:
+        exchange = register(relay, up)
+        reader, writer = await open_streams(relay)
+        exchange.mitmproxy_streams = lambda: (reader, writer)
+        send_request(writer, exchange.token)
+        received = await read_until_closed(reader)
+        writer.close()
+    assert relay.direct_answers == 1 and relay.answers == 1
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert dechunk(body) == content("hi") + DONE
+
+
+async def test_an_answer_never_goes_to_the_reader_of_another_connection(relay: Relay) -> None:
+    """Streams that are not mitmproxy's end of this very connection (a lookup gone
+    wrong) are refused: the answer goes through the socket, the other reader gets nothing."""
+    async with Server(answering(chunked_head([("Content-Type", "text/event-stream")])
+                                + chunk(content("hi")) + chunk(DONE) + LAST_CHUNK)) as up:
+        exchange = register(relay, up)
+        other_reader, other_writer = await open_streams(relay)
+        reader, writer = await open_streams(relay)
+        exchange.mitmproxy_streams = lambda: (other_reader, other_writer)
+        send_request(writer, exchange.token)
+        received = await read_until_closed(reader)
+        writer.close()
+        other_writer.write_eof()  # the relay closes that idle connection: its reader ends
+        async with asyncio.timeout(WAIT_S):
+            stray = await other_reader.read()  # all it ever got
+        other_writer.close()
+    assert relay.direct_answers == 0 and relay.answers == 1
+    assert dechunk(received.partition(b"\r\n\r\n")[2]) == content("hi") + DONE
+    assert not stray
+
+
+async def test_a_lookup_that_fails_leaves_the_answer_on_the_socket(relay: Relay) -> None:
+    def broken() -> None:
+        raise AttributeError("mitmproxy moved its internals")
+
+    async with Server(answering(chunked_head([("Content-Type", "text/event-stream")])
+                                + chunk(content("hi")) + chunk(DONE) + LAST_CHUNK)) as up:
+        exchange = register(relay, up)
+        exchange.mitmproxy_streams = broken  # type: ignore[assignment]
+        reader, writer = await ask(relay, exchange.token)
+        received = await read_until_closed(reader)
+        writer.close()
+    assert relay.direct_answers == 0
+    assert dechunk(received.partition(b"\r\n\r\n")[2]) == content("hi") + DONE

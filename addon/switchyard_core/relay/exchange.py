@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..rules import Route
@@ -96,4 +97,7 @@ class Exchange:
     head: "asyncio.Future[AnswerHead] | None" = None  # set when the relay begins such an answer
     # committed | gave_up | exhausted | stream_cut | stream_stalled | client_gone | internal_error
     outcome: str = "pending"
+    # mitmproxy's own reader and writer of the relay connection this exchange comes on,
+    # if they can be found (then the answer goes to mitmproxy in-process: relay/direct_line.py)
+    mitmproxy_streams: "Callable[[], tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] | None" = None
 

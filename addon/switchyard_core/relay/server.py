@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Callable
 from http import HTTPStatus
 
 import httptools
@@ -33,6 +34,7 @@ from ..faults import FaultPlan
 from ..rules import Route
 from .attempts import AttemptLoop
 from ..body import Body
+from .direct_line import DirectLine
 from .exchange import AnswerHead, Exchange, OriginalRequest
 from .upstream_client import UpstreamClient
 
@@ -47,6 +49,10 @@ _TOKEN_HEADER = TOKEN_HEADER.encode()
 # keep-alive is 75 s); a request that has begun must be complete sooner
 IDLE_CLOSE_S = 60.0
 REQUEST_READ_S = 30.0
+
+
+def _nowhere(data: bytes) -> None:
+    """Where an answer's bytes go once the connection is gone."""
 
 
 def reason_phrase(status: int) -> str:
@@ -83,11 +89,14 @@ class RelayConnection(asyncio.Protocol):
         self._aborted = False
         self._bodiless = False
         self._head: asyncio.Future[AnswerHead] | None = None  # the real head, for the Router's hook
+        self._line: DirectLine | None = None  # this exchange's answer goes to mitmproxy in-process
+        self._send: Callable[[bytes], object] = _nowhere  # where the answer's bytes go: the socket or the line
 
     # --- asyncio's side ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._send = self.transport.write
         self.relay.connections.add(self)
         self._idle_for(IDLE_CLOSE_S)
 
@@ -105,6 +114,7 @@ class RelayConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.relay.connections.discard(self)
+        self._send = _nowhere
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
@@ -114,12 +124,12 @@ class RelayConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._paused = True
-        if self._producer is not None:
+        if self._producer is not None and self._line is None:
             self._producer.hold(True)
 
     def resume_writing(self) -> None:
         self._paused = False
-        if self._producer is not None:
+        if self._producer is not None and self._line is None:
             self._producer.hold(False)
 
     # --- httptools' callbacks ----------------------------------------------------------
@@ -155,8 +165,14 @@ class RelayConnection(asyncio.Protocol):
             self._decide(_NO_RESPONSE)  # whatever happened, the Router's hook must not wait on
             self._task = None
             self._producer = None
+            if self._line is not None:
+                self._line.close()
+                self._line = None
             if self.transport is not None and not self.transport.is_closing():
+                self._send = self.transport.write
                 self._idle_for(IDLE_CLOSE_S)
+            else:
+                self._send = _nowhere
 
     def _idle_for(self, seconds: float) -> None:
         assert self.transport is not None
@@ -164,12 +180,25 @@ class RelayConnection(asyncio.Protocol):
 
     # --- the attempt loop's ClientSink -------------------------------------------------
 
+    def go_direct(self, exchange: Exchange) -> bool:
+        """Before the answer's first byte: hand it to mitmproxy in-process if it can be."""
+        if exchange.mitmproxy_streams is None or self.transport is None:
+            return False
+        try:
+            streams = exchange.mitmproxy_streams()
+        except Exception:  # mitmproxy's internals moved (addons/relay_streams.py): the socket it is
+            streams = None
+        self._line = DirectLine.connect(streams, self.transport)
+        if self._line is None:
+            return False
+        self._send = self._line.write
+        return True
+
     def begin(self, exchange: Exchange) -> None:
         """Send mitmproxy the provisional head now; the real one follows in `exchange.head`."""
-        assert self.transport is not None
         self._head = exchange.head = asyncio.get_running_loop().create_future()
         self._chunked = True
-        self.transport.write(_PROVISIONAL_HEAD)
+        self._send(_PROVISIONAL_HEAD)
 
     def _decide(self, head: AnswerHead) -> None:
         if self._head is not None and not self._head.done():
@@ -182,41 +211,43 @@ class RelayConnection(asyncio.Protocol):
     def start(self, status: int, headers: list[tuple[str, str]]) -> None:
         """A streamed answer, chunked.  (Delimiting it by closing the connection, or
         announcing `Connection: close`, measured ~3 ms slower to first byte.)"""
-        assert self.transport is not None
         self._sent = True
         if self._head is not None:
             self._decide(AnswerHead(status, tuple(headers), streamed=True))
             return
         self._chunked = True
-        self.transport.write(_head(status, headers, "Transfer-Encoding: chunked"))
+        self._send(_head(status, headers, "Transfer-Encoding: chunked"))
 
     def write(self, data: bytes) -> None:
-        if not data or self._aborted or self._bodiless or self.transport is None:
+        if not data or self._aborted or self._bodiless:
             return
         # one write() (never writelines(): before CPython 3.12.9 it skips the
         # flow-control check, and a slow client would never pause the upstream)
-        self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        self._send(b"%x\r\n%b\r\n" % (len(data), data))
 
     def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        assert self.transport is not None
         self._sent = True
         if self._head is not None:
             self._decide(AnswerHead(status, (*headers, ("Content-Length", str(len(body)))), streamed=False))
             self.write(body)
             return
         self._chunked = False
-        self.transport.write(_head(status, headers, f"Content-Length: {len(body)}") + (b"" if self._bodiless else body))
+        self._send(_head(status, headers, f"Content-Length: {len(body)}") + (b"" if self._bodiless else body))
 
     def pace(self, producer: Body | None) -> None:
         """While mitmproxy is not reading, the upstream answer being forwarded must not be either."""
         self._producer = producer
-        if producer is not None and self._paused:
+        if self._line is not None:
+            self._line.pace(producer)
+        elif producer is not None and self._paused:
             producer.hold(True)
 
     def abort(self) -> None:
         """End the answer without a clean end: the client must see it was cut."""
         self._aborted = True
         self._decide(_NO_RESPONSE)
+        if self._line is not None:
+            self._line.cut()  # what it wrote is in mitmproxy's reader, ahead of the end
         if self.transport is not None:
             self.transport.abort()
 
@@ -227,7 +258,7 @@ class RelayConnection(asyncio.Protocol):
         if not self._sent:
             self.send_whole(502, [("Content-Type", "text/plain; charset=utf-8")], b"switchyard: no response\n")
         if self._chunked and not self._bodiless:
-            self.transport.write(b"0\r\n\r\n")
+            self._send(b"0\r\n\r\n")
 
 
 class Relay:
@@ -238,6 +269,8 @@ class Relay:
         self.connections: set[RelayConnection] = set()
         self.port: int | None = None
         self.in_flight = 0  # exchanges being served now (switchyard.status shows it)
+        self.answers = 0  # exchanges served, and how many of them went to mitmproxy in-process
+        self.direct_answers = 0
         self._retired: list[UpstreamClient] = []
         self._starting = asyncio.Lock()
 
@@ -297,9 +330,12 @@ class Relay:
             sink.send_whole(403, [("Content-Type", "text/plain; charset=utf-8")],
                             b"switchyard relay: unknown or used token\n")
             return
+        if sink.go_direct(exchange):
+            self.direct_answers += 1
         if exchange.provisional_head and exchange.request.method != "HEAD":
             sink.begin(exchange)
         loop = AttemptLoop(exchange, self.http, sink)
+        self.answers += 1
         self.in_flight += 1
         try:
             await loop.run()

@@ -1,0 +1,139 @@
+"""The relay's answers reach mitmproxy in-process (relay/direct_line.py), or through
+the loopback socket with `switchyard_direct_relay=false`: a client cannot tell.
+
+Each behaviour runs on both: the shared mitmdump (in-process, the default) and one
+started here with the option off.  What differs is only the bytes the proxy moves
+through the kernel, which /proc/<pid>/io counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BACKUP_SECRET, E2E_RULES, Env
+from tests.support import wire
+from tests.support.fake_provider import RESET, FakeProvider, Reply
+from tests.support.mitm import Mitmdump, free_port, start_mitmdump
+from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Peer, Server, chunk, chunked_head
+
+FRAME = wire.chat_chunk({"content": "y" * 1000})
+
+
+@pytest.fixture(scope="module")
+def socket_mitm(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mitmdump]:
+    workdir = tmp_path_factory.mktemp("mitm-socket")
+    rules = workdir / "rules.yaml"
+    rules.write_text(E2E_RULES.format(p2=provider.ports[1], dead=free_port()))
+    dump = start_mitmdump(rules, workdir / "mitmdump.log", extra_args=["--set", "switchyard_direct_relay=false"],
+                          env={"SWY_TEST_BACKUP_KEY": BACKUP_SECRET, "SWY_TEST_BACKUP_HOST": "127.0.0.1"})
+    yield dump
+    dump.stop()
+
+
+@pytest.fixture(params=["in-process", "socket"])
+def any_env(request: pytest.FixtureRequest, env: Env) -> Env:
+    if request.param == "in-process":
+        return env
+    mitm: Mitmdump = request.getfixturevalue("socket_mitm")
+    return Env(env.provider, mitm, Path(mitm.log_path).parent / "rules.yaml")
+
+
+def loopback_bytes() -> int:
+    """Bytes sent over the loopback interface so far (every test talks over it only)."""
+    for line in Path("/proc/net/dev").read_text().splitlines():
+        name, _, counters = line.partition(":")
+        if name.strip() == "lo":
+            return int(counters.split()[8])  # transmit bytes
+    raise AssertionError("no loopback interface in /proc/net/dev")
+
+
+def dechunk(body: bytes) -> bytes:
+    out, pos = bytearray(), 0
+    while True:
+        line_end = body.index(b"\r\n", pos)
+        size = int(body[pos:line_end], 16)
+        if size == 0:
+            return bytes(out)
+        out += body[line_end + 2:line_end + 2 + size]
+        pos = line_end + 2 + size + 2
+
+
+def test_in_process_answers_skip_the_relay_socket(any_env: Env, socket_mitm: Mitmdump) -> None:
+    """The same bytes either way.  The answer crosses loopback from the upstream to
+    the relay and from mitmproxy to the client; through the socket, also from the
+    relay to mitmproxy."""
+    frames = [wire.CHAT_ROLE, *[FRAME] * 4000, wire.CHAT_DONE]
+    expected = b"".join(frames)
+    any_env.provider.script("solo", Reply.sse(*frames))
+    before = loopback_bytes()
+    result = any_env.curl(any_env.provider.url("solo", "/v1/chat/completions"), any_env.chat_body())
+    crossed = loopback_bytes() - before
+    assert result.status == 200
+    assert result.body == expected
+    assert [c.upstream for c in any_env.provider.calls] == ["solo"]
+    if any_env.mitm is socket_mitm:
+        assert crossed > 2.9 * len(expected)
+    else:
+        assert 1.9 * len(expected) < crossed < 2.5 * len(expected)
+
+
+def test_an_answer_cut_by_the_relay_reaches_the_client_whole_then_cut(any_env: Env) -> None:
+    """A large error body that broke off is written to the client in one go, then
+    cut: every byte before the cut arrives (not only what mitmproxy reads at once),
+    then the end that tells the client it is not whole."""
+    partial = b'{"error": {"message": "' + b"x" * 500_000
+    any_env.provider.script("solo", Reply(400, [partial, RESET], content_type="application/json"))
+    result = any_env.curl(any_env.provider.url("solo", "/v1/chat/completions"), any_env.chat_body())
+    assert result.status == 400
+    assert result.body == partial
+    assert result.returncode == 18, result.stderr  # curl: the answer ended before it was whole (not a timeout)
+    assert [c.upstream for c in any_env.provider.calls] == ["solo"]
+
+
+async def test_a_client_that_stops_reading_stops_the_upstream(any_env: Env) -> None:
+    """While the client does not read, the upstream is paused (nothing piles up in
+    the proxy); once it reads again it gets every byte."""
+    total_frames = 40_000  # ~41 MB: far beyond what sockets and the proxy's buffers hold
+    sent = [0]
+
+    async def upstream(peer: Peer) -> None:
+        await peer.read_request()
+        peer.writer.write(chunked_head([("Content-Type", "text/event-stream")]))
+        for _ in range(total_frames):
+            peer.writer.write(chunk(FRAME))
+            await peer.writer.drain()
+            sent[0] += 1
+        await peer.send(chunk(wire.CHAT_DONE), LAST_CHUNK)
+        await peer.wait_closed_by_client()
+
+    async with Server(upstream) as up:
+        reader, writer = await asyncio.open_connection("127.0.0.1", any_env.mitm.proxy_port)
+        body = any_env.chat_body()
+        writer.write(b"POST %b HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%b" % (up.url("/solo/v1/chat/completions").encode(), up.port,
+                                                       len(body), body))
+        async with asyncio.timeout(WAIT_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+        # the client reads nothing more; wait until the upstream is held (bounded)
+        last, still = -1, 0
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            still = still + 1 if sent[0] == last else 0
+            last = sent[0]
+            if still >= 6 or sent[0] == total_frames:
+                break
+        held_at = sent[0]
+        received = bytearray()
+        async with asyncio.timeout(WAIT_S * 6):
+            while not received.endswith(LAST_CHUNK):
+                data = await reader.read(1 << 20)
+                assert data, "the proxy closed the connection early"
+                received += data
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200")
+    assert held_at < total_frames // 2  # the upstream waited for the client
+    assert dechunk(bytes(received)) == FRAME * total_frames + wire.CHAT_DONE
