@@ -1340,6 +1340,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--staging-hold-s", type=float, default=3.0, metavar="S",
                         help=f"how long the N streams are held once all reached the upstream (default 3, at most "
                              f"{STAGING_HOLD_MAX_S:g})")
+    parser.add_argument("--switchyard-set", action="append", default=[], metavar="OPTION=VALUE",
+                        help="a mitmproxy option for the Switchyard proxy only (repeatable), e.g. "
+                             "switchyard_direct_relay=false to measure the relay's answers through its socket")
     parser.add_argument("--max-lifetime", type=float, default=3600, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1393,7 +1396,9 @@ def main(argv: list[str]) -> int:
         rules.write_text(RULES.format(backup_port=ports[1], backup_key=BACKUP_KEY))
         plain, plain_port = start_mitmdump("plain", workdir, ["--set", "stream_large_bodies=1"])
         children.append(plain)
-        switchyard, sw_port = start_mitmdump("switchyard", workdir, ["-s", str(ADDON), "--set", f"switchyard_rules={rules}"])
+        options = [arg for option in args.switchyard_set for arg in ("--set", option)]
+        switchyard, sw_port = start_mitmdump("switchyard", workdir,
+                                             ["-s", str(ADDON), "--set", f"switchyard_rules={rules}", *options])
         children.append(switchyard)
         progress(f"plain mitmdump pid {plain.pid} :{plain_port}; switchyard mitmdump pid {switchyard.pid} :{sw_port}")
         proxies: dict[str, tuple[int | None, str | None]] = {

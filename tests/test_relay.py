@@ -344,3 +344,77 @@ async def test_a_lookup_that_fails_leaves_the_answer_on_the_socket(relay: Relay)
         writer.close()
     assert relay.direct_answers == 0
     assert dechunk(received.partition(b"\r\n\r\n")[2]) == content("hi") + DONE
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One answer off a kept-alive connection: its head and its (de-chunked) body."""
+    async with asyncio.timeout(WAIT_S):
+        head = await reader.readuntil(b"\r\n\r\n")
+        if b"transfer-encoding: chunked" in head.lower():
+            return head, dechunk(await reader.readuntil(LAST_CHUNK))
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        return head, await reader.readexactly(length)
+
+
+async def test_one_connection_mixes_in_process_and_socket_answers_in_order(relay: Relay) -> None:
+    """mitmproxy reuses its relay connection: an answer in-process, a 403 through
+    the socket, another in-process, each whole and in its turn."""
+    stream = (chunked_head([("Content-Type", "text/event-stream")]) + chunk(content("one")) + chunk(DONE) + LAST_CHUNK,
+              chunked_head([("Content-Type", "text/event-stream")]) + chunk(content("two")) + chunk(DONE) + LAST_CHUNK)
+    async with Server(answering(*stream, requests=2)) as up:
+        reader, writer = await open_streams(relay)
+        first, second = register(relay, up), register(relay, up)
+        for exchange in (first, second):
+            exchange.mitmproxy_streams = lambda: (reader, writer)
+        answers = []
+        for token in (first.token, "not-a-token", second.token):
+            send_request(writer, token)
+            answers.append(await read_answer(reader))
+        writer.close()
+    assert [head.split(b"\r\n")[0] for head, _ in answers] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 403 Forbidden",
+                                                              b"HTTP/1.1 200 OK"]
+    assert answers[0][1] == content("one") + DONE and answers[2][1] == content("two") + DONE
+    assert relay.direct_answers == 2 and relay.answers == 2  # the 403 is no exchange's answer
+
+
+async def test_a_client_that_leaves_while_its_answer_is_held_releases_the_upstream(relay: Relay) -> None:
+    """In-process, the upstream is held while mitmproxy does not read; when the
+    client leaves instead, the upstream's connection is let go, not left paused."""
+    frame = content("x" * 1000)
+    sent = [0]
+    let_go = asyncio.Event()
+
+    async def upstream(peer: Peer) -> None:
+        await peer.read_request()
+        peer.writer.write(chunked_head([("Content-Type", "text/event-stream")]))
+        try:
+            for _ in range(20_000):
+                peer.writer.write(chunk(frame))
+                await peer.writer.drain()
+                sent[0] += 1
+            await peer.send(chunk(DONE), LAST_CHUNK)
+        finally:
+            let_go.set()  # the relay closed the connection (or, wrongly, read it all)
+
+    async with Server(upstream) as up:
+        exchange = register(relay, up, idle_timeout_s=0.3)
+        reader, writer = await open_streams(relay)
+        exchange.mitmproxy_streams = lambda: (reader, writer)
+        send_request(writer, exchange.token)
+        last, still = -1, 0
+        for _ in range(200):  # until the upstream is held (bounded)
+            await asyncio.sleep(0.05)
+            still = still + 1 if sent[0] == last else 0
+            last = sent[0]
+            if still >= 6:
+                break
+        held_at = sent[0]
+        writer.transport.abort()  # the client leaves; mitmproxy closes its relay connection
+        async with asyncio.timeout(WAIT_S):
+            await let_go.wait()
+            while relay.in_flight or relay.connections:
+                await asyncio.sleep(0.01)
+    assert held_at < 20_000 // 2
+    assert sent[0] < 20_000  # let go part-way, not drained to the end
+    assert relay.direct_answers == 1
+    assert relay.in_flight == 0 and not relay.connections

@@ -10,11 +10,14 @@ to the `asyncio.StreamReader` mitmproxy reads that very connection with.
 mitmproxy sees the same bytes in the same order; it just gets them sooner.
 
 Why it is safe:
-- One exchange's answer goes all one way, chosen before its first byte, and
-  only when the socket has nothing of ours unread: HTTP/1 never has two
-  answers in flight on one connection, so nothing can overtake anything.
-- The reader's own flow control stays in charge.  Past its limit the reader
-  pauses the transport it reads from (asyncio's rule); `write` sees that and
+- One exchange's answer goes all one way, chosen before its first byte.
+  mitmproxy never pipelines on a connection to a server: it sends the next
+  request only once it has read the previous answer to its end, so whichever
+  way that answer went, nothing of it is still on its way when the next one
+  starts, and nothing can overtake anything.
+- The reader's own flow control stays in charge.  Past twice its limit the
+  reader pauses the transport it reads from (asyncio's rule, and mitmproxy
+  opens the connection with asyncio's default limit); `write` sees that and
   holds the upstream answer until mitmproxy has read again.
 - A cut still closes the relay connection: what was fed is in the reader
   already, ahead of the end mitmproxy then reads, as on the socket.
@@ -32,11 +35,14 @@ import asyncio
 
 from ..body import Body
 
-RESUME_POLL_S = 0.005  # while mitmproxy is not reading: how often to look again
+# while mitmproxy is not reading: how soon to look again, then less and less often
+# (a client that stopped reading for good must not keep the loop busy)
+FIRST_LOOK_S = 0.005
+LAST_LOOK_S = 0.1
 
 
 class DirectLine:
-    __slots__ = ("_reader", "_transport", "_producer", "_holding", "_poll", "_cut")
+    __slots__ = ("_reader", "_transport", "_producer", "_holding", "_poll", "_wait", "_cut")
 
     def __init__(self, reader: asyncio.StreamReader, transport: asyncio.WriteTransport) -> None:
         self._reader = reader
@@ -44,6 +50,7 @@ class DirectLine:
         self._producer: Body | None = None
         self._holding = False
         self._poll: asyncio.TimerHandle | None = None
+        self._wait = FIRST_LOOK_S
         self._cut = False
 
     @classmethod
@@ -66,7 +73,11 @@ class DirectLine:
     def write(self, data: bytes) -> None:
         if self._cut or self._transport.is_closing():
             return  # mitmproxy let go of the connection: its client left
-        self._reader.feed_data(data)
+        try:
+            self._reader.feed_data(data)
+        except AssertionError:  # the reader had ended (it asserts): nobody reads this any more
+            self.cut()
+            return
         if not self._holding and not self._transport.is_reading():
             self._hold()
 
@@ -97,7 +108,8 @@ class DirectLine:
         self._holding = True
         if self._producer is not None:
             self._producer.hold(True)
-        self._poll = asyncio.get_running_loop().call_later(RESUME_POLL_S, self._look_again)
+        self._wait = FIRST_LOOK_S
+        self._poll = asyncio.get_running_loop().call_later(self._wait, self._look_again)
 
     def _look_again(self) -> None:
         self._poll = None
@@ -106,4 +118,5 @@ class DirectLine:
             if self._producer is not None:
                 self._producer.hold(False)
             return
-        self._poll = asyncio.get_running_loop().call_later(RESUME_POLL_S, self._look_again)
+        self._wait = min(self._wait * 2, LAST_LOOK_S)
+        self._poll = asyncio.get_running_loop().call_later(self._wait, self._look_again)
