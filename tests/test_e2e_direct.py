@@ -2,7 +2,7 @@
 the loopback socket with `switchyard_direct_relay=false`: a client cannot tell.
 
 Each behaviour runs on both: the shared mitmdump (in-process, the default) and one
-started here with the option off.  What differs is only the bytes the proxy moves
+started here with the option off (and debug verbosity).  What differs is only the bytes the proxy moves
 through the kernel, which /proc/<pid>/io counts.
 """
 
@@ -28,7 +28,8 @@ def socket_mitm(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory
     workdir = tmp_path_factory.mktemp("mitm-socket")
     rules = workdir / "rules.yaml"
     rules.write_text(E2E_RULES.format(p2=provider.ports[1], dead=free_port()))
-    dump = start_mitmdump(rules, workdir / "mitmdump.log", extra_args=["--set", "switchyard_direct_relay=false"],
+    dump = start_mitmdump(rules, workdir / "mitmdump.log",
+                          extra_args=["--set", "switchyard_direct_relay=false", "--set", "termlog_verbosity=debug"],
                           env={"SWY_TEST_BACKUP_KEY": BACKUP_SECRET, "SWY_TEST_BACKUP_HOST": "127.0.0.1"})
     yield dump
     dump.stop()
@@ -137,3 +138,15 @@ async def test_a_client_that_stops_reading_stops_the_upstream(any_env: Env) -> N
     assert head.startswith(b"HTTP/1.1 200")
     assert held_at < total_frames // 2  # the upstream waited for the client
     assert dechunk(bytes(received)) == FRAME * total_frames + wire.CHAT_DONE
+
+
+def test_at_debug_verbosity_each_answer_gets_its_committed_line(env: Env, socket_mitm: Mitmdump) -> None:
+    """The per-answer debug line is written only where it is shown: this mitmdump
+    shows debug lines, so each first-attempt answer gets one, once it has ended."""
+    debug = Env(env.provider, socket_mitm, Path(socket_mitm.log_path).parent / "rules.yaml")
+    mark = socket_mitm.log_mark()
+    result = debug.curl(env.provider.url("solo", "/v1/chat/completions"), debug.chat_body())
+    assert result.status == 200
+    line = socket_mitm.wait_for_log("switchyard.committed", mark)
+    assert "switchyard.committed route=chat-solo upstream=solo attempt=1" in line
+    assert "outcome=committed" in line

@@ -70,6 +70,27 @@ async def test_matching_flow_is_re_aimed_at_the_relay_with_a_single_use_token(ru
         router.done()
 
 
+@pytest.mark.parametrize("authority", ["", "api.openai.com"], ids=["http1", "http2-authority"])
+async def test_the_answered_flow_shows_the_request_exactly_as_the_client_sent_it(rules_file: Path, authority: str) -> None:
+    """When the original destination answered, the flow is put back field for field
+    (scheme, host, port, authority, headers): a replay sends what the client sent."""
+    keeper = RulesKeeper()
+    router = Router(keeper)
+    with taddons.context(keeper, router) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(rules_file))
+        flow = chat_flow()
+        flow.request.authority = authority
+        before = flow.request.get_state()
+        await router.request(flow)
+        assert flow.request.get_state() != before  # re-aimed at the relay
+        flow.response = Response.make(200, b"", {"content-type": "text/event-stream"})
+        await router.responseheaders(flow)
+        assert flow.request.get_state() == before
+        router.response(flow)
+        assert flow.request.get_state() == before
+        router.done()
+
+
 async def test_a_flow_bound_for_an_upstream_proxy_gets_a_direct_connection_to_the_relay(rules_file: Path) -> None:
     """In upstream-proxy mode the flow's server connection names the proxy: the
     relay is on loopback, and must not be asked for through that proxy."""

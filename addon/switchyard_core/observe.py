@@ -13,6 +13,8 @@ import json
 import logging
 from typing import Any
 
+from mitmproxy.log import LegacyLogEvents
+
 log = logging.getLogger("switchyard")
 
 SUPPRESSED_AFTER_OUTPUT = "switchyard.failover_suppressed_after_semantic_output"
@@ -38,3 +40,21 @@ def format_event(name: str, **fields: Any) -> str:
 def emit(level: int, name: str, **fields: Any) -> None:
     if log.isEnabledFor(level):
         log.log(level, format_event(name, **fields))
+
+
+def shown_anywhere(level: int, logger: logging.Logger = log) -> bool:
+    """Whether a line at `level` reaches something that shows it: a terminal at that
+    verbosity, mitmweb's event log, a test's capture.
+
+    mitmproxy also hands every record, formatted, to its deprecated `add_log` hook
+    over every addon, whatever the verbosity: a debug line that nobody sees still
+    costs about 0.1 ms.  A line written for every answer asks this first."""
+    if not logger.isEnabledFor(level):
+        return False
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if level >= handler.level and not isinstance(handler, LegacyLogEvents):
+                return True
+        current = current.parent if current.propagate else None
+    return False

@@ -162,6 +162,8 @@ class Router:
         if self._direct:
             exchange.mitmproxy_streams = lambda: relay_streams(flow)
         flow.metadata[METADATA_KEY] = {"route": route.name, "api": route.api, "original_url": original.url}
+        data = request.data
+        exchange.flow_address = (data.scheme, data.host, data.port, data.authority)
         request.scheme = "http"
         request.host = "127.0.0.1"
         request.port = relay.port
@@ -250,6 +252,13 @@ class Router:
             return  # already shown (responseheaders, then response)
         exchange.shown_url = answered
         request.headers.pop(TOKEN_HEADER, None)
+        if answered == original.url and exchange.flow_address is not None:
+            # the original destination answered (the common case): put back the fields
+            # the request hook changed, as they were (cheaper than parsing the URL again)
+            data = request.data
+            data.scheme, data.host, data.port, data.authority = exchange.flow_address
+            self._restore_host_header(request, original)
+            return
         if is_cross_origin(answered, original.url):
             record = next((r for r in reversed(exchange.attempts) if r.url == answered), None)
             shown = record.shown_request_headers() if record else []
@@ -257,6 +266,10 @@ class Router:
             request.url = answered
             return
         request.url = answered
+        self._restore_host_header(request, original)
+
+    @staticmethod
+    def _restore_host_header(request: http.Request, original: OriginalRequest) -> None:
         original_host = next((v for k, v in original.headers if k.lower() == "host"), None)
         if original_host is not None:
             request.headers["Host"] = original_host

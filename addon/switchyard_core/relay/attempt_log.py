@@ -65,6 +65,8 @@ class AttemptLog:
         if self._quiet_commit is not None:
             record, first_event = self._quiet_commit
             self._quiet_commit = None
+            if not observe.shown_anywhere(logging.DEBUG):
+                return  # one line per answer: only where it is seen (see shown_anywhere)
             observe.emit(logging.DEBUG, "switchyard.committed", **self.fields(record), first_event=first_event,
                          first_output_after_s=record.duration_s, outcome=self.exchange.outcome)
 

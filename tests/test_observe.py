@@ -1,0 +1,56 @@
+"""Log lines: one per decision, and the per-answer line only where it is seen."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from mitmproxy.addons.termlog import TermLogHandler
+from mitmproxy.log import LegacyLogEvents
+
+from switchyard_core import observe
+
+
+@pytest.fixture
+def tree() -> tuple[logging.Logger, logging.Logger]:
+    """A logger and its parent standing in for mitmproxy's root, outside logging's
+    registry (pytest puts its capture handlers on registered loggers)."""
+    root = logging.Logger("root-standin", logging.DEBUG)  # mitmproxy sets its root to DEBUG
+    child = logging.Logger("switchyard")
+    child.parent = root
+    return root, child
+
+
+def test_a_debug_line_is_shown_where_the_terminal_shows_debug(tree: tuple[logging.Logger, logging.Logger]) -> None:
+    root, child = tree
+    terminal = TermLogHandler(out=None)
+    terminal.setLevel(logging.DEBUG)
+    root.addHandler(terminal)
+    assert observe.shown_anywhere(logging.DEBUG, child)
+
+
+def test_mitmproxys_legacy_log_hook_alone_does_not_count_as_showing(tree: tuple[logging.Logger, logging.Logger]) -> None:
+    """mitmdump at its default verbosity: the terminal shows INFO and up; the
+    deprecated add_log hook takes everything but shows nothing."""
+    root, child = tree
+    terminal = TermLogHandler(out=None)
+    terminal.setLevel(logging.INFO)
+    root.addHandler(terminal)
+    root.addHandler(LegacyLogEvents(master=None))  # type: ignore[arg-type]
+    assert not observe.shown_anywhere(logging.DEBUG, child)
+    assert observe.shown_anywhere(logging.INFO, child)
+
+
+def test_any_other_handler_that_takes_the_level_counts(tree: tuple[logging.Logger, logging.Logger]) -> None:
+    """mitmweb's event log, a user's own handler: anything but the legacy hook."""
+    root, child = tree
+    root.addHandler(LegacyLogEvents(master=None))  # type: ignore[arg-type]
+    root.addHandler(logging.NullHandler())
+    assert observe.shown_anywhere(logging.DEBUG, child)
+
+
+def test_a_logger_set_above_the_level_shows_nothing(tree: tuple[logging.Logger, logging.Logger]) -> None:
+    root, child = tree
+    root.addHandler(logging.NullHandler())
+    child.setLevel(logging.INFO)
+    assert not observe.shown_anywhere(logging.DEBUG, child)
