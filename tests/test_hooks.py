@@ -52,7 +52,7 @@ async def test_matching_flow_is_re_aimed_at_the_relay_with_a_single_use_token(ru
     with taddons.context(keeper, router) as tctx:
         tctx.configure(keeper, switchyard_rules=str(rules_file))
         flow = chat_flow()
-        await router.request(flow)
+        await router.route(flow)
         assert router.relay is not None and router.relay.port
         assert (flow.request.scheme, flow.request.host, flow.request.port) == ("http", "127.0.0.1", router.relay.port)
         # mitmproxy connects by the request's address, and the flow's `via` and transport
@@ -81,7 +81,7 @@ async def test_the_answered_flow_shows_the_request_exactly_as_the_client_sent_it
         flow = chat_flow()
         flow.request.authority = authority
         before = flow.request.get_state()
-        await router.request(flow)
+        await router.route(flow)
         assert flow.request.get_state() != before  # re-aimed at the relay
         flow.response = Response.make(200, b"", {"content-type": "text/event-stream"})
         await router.responseheaders(flow)
@@ -100,7 +100,7 @@ async def test_a_flow_bound_for_an_upstream_proxy_gets_a_direct_connection_to_th
         tctx.configure(keeper, switchyard_rules=str(rules_file))
         flow = chat_flow()
         flow.server_conn.via = ("http", ("proxy.internal", 3128))
-        await router.request(flow)
+        await router.route(flow)
         assert router.relay is not None
         assert flow.server_conn.via is None
         assert flow.server_conn.address == ("127.0.0.1", router.relay.port)
@@ -117,7 +117,7 @@ async def test_only_http1_flows_get_a_provisional_head(rules_file: Path, http_ve
         tctx.configure(keeper, switchyard_rules=str(rules_file))
         flow = chat_flow()
         flow.request.http_version = http_version
-        await router.request(flow)
+        await router.route(flow)
         assert router._live[flow.id].provisional_head is provisional
         router.done()
 
@@ -135,7 +135,7 @@ async def test_flows_that_match_no_route_are_not_touched(rules_file: Path, flow_
         flow = chat_flow(**flow_args)
         before = flow.request.get_state()
         server_conn = flow.server_conn
-        await router.request(flow)
+        await router.route(flow)
         assert flow.request.get_state() == before
         assert flow.server_conn is server_conn
         assert "switchyard" not in flow.metadata
@@ -151,7 +151,7 @@ async def test_relay_refuses_requests_without_a_token_it_issued(rules_file: Path
     with taddons.context(keeper, router) as tctx:
         tctx.configure(keeper, switchyard_rules=str(rules_file))
         flow = chat_flow()
-        await router.request(flow)
+        await router.route(flow)
         assert router.relay is not None
         port = router.relay.port
         async with aiohttp.ClientSession() as session:
@@ -244,7 +244,7 @@ routes:
             flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions")
             flow.request.scheme, flow.request.port = "http", provider.ports[0]
             view.add([flow])
-            await router.request(flow)
+            await router.route(flow)
             async with aiohttp.ClientSession() as session:
                 async with session.post(flow.request.url, headers=dict(flow.request.headers), data=flow.request.content) as answer:
                     body = await answer.read()

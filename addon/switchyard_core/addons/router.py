@@ -1,7 +1,8 @@
 """Routes matched flows through the loopback relay and shows mitmweb the truth.
 
-`request` records the original request and re-aims the flow at the relay with
-a single-use token.  `responseheaders` enables streaming for the relay's SSE
+`route` (the `request` hook, run from the end of mitmproxy's addon chain)
+records the original request and re-aims the flow at the relay with a
+single-use token.  `responseheaders` enables streaming for the relay's SSE
 answer and puts back the URL of the upstream that answered; `response` does
 it again (headers may have left before the winner was known) and writes the
 flow's story into its metadata and comment.  Flows that match no route are
@@ -70,6 +71,7 @@ class Router:
         self._notes = StreamingNoteDeferral()
         self._start: asyncio.Task[Relay] | None = None  # the relay's start, from `running`
         self._direct = True
+        self._last = LastInLine(self)
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -104,11 +106,15 @@ class Router:
 
     def running(self) -> None:
         self._notes.install()
+        if self._last not in ctx.master.addons:
+            ctx.master.addons.add(self._last)
         self._start = asyncio.get_running_loop().create_task(self._ensure_relay())
         self._start.add_done_callback(_report_start_failure)
 
     def done(self) -> None:
         self._notes.uninstall()
+        if self._last in ctx.master.addons:
+            ctx.master.addons.remove(self._last)
         if self._start is not None:
             self._start.cancel()
             self._start = None
@@ -124,9 +130,10 @@ class Router:
 
     # --- hooks ------------------------------------------------------------------
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    async def route(self, flow: http.HTTPFlow) -> None:
+        """The `request` hook, from the end of the chain (see `LastInLine`)."""
         rules = self.keeper.rules
-        if rules is None or flow.response is not None or flow.id in self._live:
+        if rules is None or flow.response is not None or flow.error is not None or flow.id in self._live:
             return
         if "websocket" in flow.request.headers.get("upgrade", "").lower():
             return  # a WebSocket handshake: mitmproxy relays its messages (WebSocketTurns), not the relay
@@ -340,6 +347,27 @@ class Router:
         text = "\n".join(lines)
         logging.getLogger("switchyard").info(text)
         return text
+
+
+class LastInLine:
+    """The Router's `request` hook, run after every other addon's.
+
+    A script's addons sit where mitmproxy's script loader sits in the addon chain:
+    before map-remote, modify-body, server replay and the interactive intercept,
+    and before scripts loaded after this one.  A flow re-aimed at the relay there
+    would reach those with the relay's URL, and what they changed would be lost.
+    From the end of the chain the Router routes the request as it will be sent:
+    an intercepted flow once the user has resumed it, with their edits."""
+
+    name = "switchyard_route_last"  # mitmproxy's name for this addon; unique in the chain
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        if flow.intercepted:
+            await flow.wait_for_resume()
+        await self.router.route(flow)
 
 
 def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord) -> http.HTTPFlow:
