@@ -209,3 +209,75 @@ def test_after_output_whole_reads_and_frame_by_frame_reads_see_the_same_stream(
         results.append((out, suppressed, g.complete))
     expected_errors = sum(1 for f in frames if f.startswith(b"data: {\"error\"") or b'"error":{' in f)
     assert results[0] == results[1] == results[2] == (data, expected_errors, True)
+
+
+def test_an_end_marker_too_big_to_hold_still_ends_the_stream() -> None:
+    """The Responses API's `response.completed` repeats the whole response (base64
+    images included): past the staging limit after output it goes on in pieces,
+    byte for byte, and is still recognised as the end (else a complete answer
+    would get an in-band `stream_cut`)."""
+    limit = 64 * 1024
+    g = gate("openai-responses", limit=limit)
+    start = wire.event("response.output_text.delta", {"type": "response.output_text.delta", "delta": "hi"})
+    image = "A" * (3 * limit)
+    completed = wire.event("response.completed", {"type": "response.completed", "response": {
+        "status": "completed", "output": [{"type": "image_generation_call", "result": image}]}})
+    out, failures = run(g, [start, *(completed[i:i + 16 * 1024] for i in range(0, len(completed), 16 * 1024))])
+    assert out == start + completed and not failures
+    assert g.complete
+
+
+def test_a_failure_too_big_to_hold_after_output_is_still_reported() -> None:
+    limit = 64 * 1024
+    g = gate("openai-responses", limit=limit)
+    start = wire.event("response.output_text.delta", {"type": "response.output_text.delta", "delta": "hi"})
+    failed = wire.event("response.failed", {"type": "response.failed", "response": {
+        "status": "failed", "error": {"code": "server_error", "message": "x" * (2 * limit)}}})
+    assert g.feed(start).committed
+    reported = [f for i in range(0, len(failed), 16 * 1024) for f in g.feed(failed[i:i + 16 * 1024]).failures_after_output]
+    assert [f.event_type for f in reported] == ["response.failed"]
+    assert g.complete  # a failed response is the stream's end too
+
+
+_KEYS = ["choices", "delta", "finish_reason", "index", "content", "error", "code", "message", "type", "status",
+         "response", "output", "item", "part", "usage", "role", "tool_calls", "text", "name", "arguments",
+         "content_block", "stop_reason", "refusal", "reasoning_content", "metadata", "param"]
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.sampled_from(
+        ["", "stop", "error", "insufficient_system_resource", "overloaded_error", "response.completed",
+         "response.failed", "error", "message_stop", "server_error", "x"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(_KEYS), inner, max_size=5),
+    max_leaves=25,
+)
+# the providers' shapes (reference), with any JSON where a field's value goes
+_SHAPED = st.one_of(
+    st.fixed_dictionaries({"choices": st.lists(st.fixed_dictionaries(
+        {}, optional={"index": _JSON, "delta": _JSON, "finish_reason": _JSON, "message": _JSON}), max_size=2)},
+        optional={"error": _JSON, "usage": _JSON}),
+    st.fixed_dictionaries({"type": _JSON}, optional={"response": st.fixed_dictionaries(
+        {}, optional={"status": _JSON, "error": _JSON, "output": _JSON}), "delta": _JSON, "item": _JSON,
+        "part": _JSON, "error": _JSON, "code": _JSON, "message": _JSON}),
+    st.fixed_dictionaries({"type": _JSON}, optional={"delta": _JSON, "content_block": _JSON, "error": _JSON,
+                                                     "message": _JSON}),
+    _JSON,
+)
+_NAMES = st.sampled_from([None, "error", "response.completed", "response.failed", "response.output_text.delta",
+                          "message_start", "content_block_delta", "message_stop", "ping"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(api=st.sampled_from(sorted(APIS)), frames=st.lists(st.tuples(_NAMES, _SHAPED), min_size=1, max_size=6))
+def test_any_json_in_any_frame_never_raises(api: str, frames: list[tuple[str | None, object]]) -> None:
+    """Whatever JSON an upstream puts in a frame, and under whatever event name,
+    the gate classifies it (an object where a string belongs is not an error of ours)."""
+    import json
+
+    g = gate(api)
+    stream = b"".join((f"event: {name}\n".encode() if name else b"") + b"data: " + json.dumps(obj).encode() + b"\n\n"
+                      for name, obj in frames)
+    run(g, [stream])
+    g2 = gate(api)
+    out, failures = run(g2, [wire.event("x", {}) if api != "openai-chat" else b": ping\n\n", stream])
+    assert failures or out  # something was decided: emitted, or a failure before output
+    for _, obj in frames:
+        APIS[api].body_error(obj)

@@ -418,3 +418,25 @@ async def test_a_client_that_leaves_while_its_answer_is_held_releases_the_upstre
     assert sent[0] < 20_000  # let go part-way, not drained to the end
     assert relay.direct_answers == 1
     assert relay.in_flight == 0 and not relay.connections
+
+
+async def test_a_request_offering_an_upgrade_is_served_as_an_ordinary_one(relay: Relay) -> None:
+    """`Connection: Upgrade` (an h2c offer that reached the relay) is not taken up:
+    the answer is the upstream's stream, and the offer does not travel upstream."""
+    async with Server(answering(chunked_head([("Content-Type", "text/event-stream")])
+                                + chunk(content("hi")) + chunk(DONE) + LAST_CHUNK)) as up:
+        url = up.url("/v1/chat/completions")
+        headers = (("Content-Type", "application/json"), ("Connection", "Upgrade, HTTP2-Settings"),
+                   ("Upgrade", "h2c"), ("HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA"))
+        exchange = relay.register(route(url), OriginalRequest.of("POST", url, headers, BODY, json.loads(BODY)))
+        reader, writer = await open_streams(relay)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                     b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nContent-Type: application/json\r\n"
+                     b"%b: %b\r\nContent-Length: %d\r\n\r\n%b"
+                     % (TOKEN_HEADER.encode(), exchange.token.encode(), len(BODY), BODY))
+        head, body = await read_answer(reader)
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200")
+    assert body == content("hi") + DONE
+    sent = up.requests[0].split(b"\r\n\r\n")[0].lower()
+    assert b"upgrade" not in sent and b"http2-settings" not in sent

@@ -11,11 +11,14 @@ the stream.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .protocols.base import Classification, ErrorInfo, FrameKind, StreamClassifier
 from .protocols.errors import CAPACITY_CODES, rewrite_capacity_codes
-from .sse import Frame, FrameSplitter
+from .sse import Frame, FrameSplitter, SseEvent
+
+OVERSIZED_HEAD = 64 * 1024  # of a frame too big to hold: where its field lines (its `event:`) are looked for
 
 EOF_BEFORE_OUTPUT = ErrorInfo(
     message="upstream closed the stream before any output", event_type="eof", retryable_hint=True
@@ -90,6 +93,8 @@ class Gate:
             self.committed = True
             step.committed = True
             step.first_event = "staging_limit"
+        else:
+            self._oversized_frame(step)
         held = b"".join(self._staged) + self._splitter.drain()
         self._staged.clear()
         self._staged_size = 0
@@ -148,6 +153,22 @@ class Gate:
         if out:
             step.emit = out[0] if len(out) == 1 else b"".join(out)
         return step
+
+    def _oversized_frame(self, step: GateStep) -> None:
+        """A frame after output too big to hold goes on in pieces, so it is never
+        classified whole.  Its field lines before the giant one still say what it is:
+        the Responses API's `response.completed` repeats the whole response (base64
+        images included) after `event: response.completed`, and an end marker
+        missed here would make a complete answer look cut."""
+        head = self._splitter.peek(OVERSIZED_HEAD)
+        end = max(head.rfind(b"\n"), head.rfind(b"\r"))
+        name = Frame(head[:end + 1]).event.event if end > 0 else None
+        if not name:
+            return  # no `event:` line before the giant one (Chat's frames have none): nothing to go by
+        # classified as the frame would be, by its type alone (what the classifiers read first)
+        result = self._classifier.classify(SseEvent(event=name, data=json.dumps({"type": name})))
+        if result.kind is FrameKind.FAILURE:
+            step.failures_after_output += (result,)
 
     def _after_output(self, frame: Frame, step: GateStep) -> bytes:
         if not self._classifier.worth_a_look(frame.raw):

@@ -210,9 +210,9 @@ class FrameSplitter:
         self._line_has_text = bool(rest.strip(b"\n"))
         return frames
 
-    def peek(self) -> bytes:
-        """The incomplete tail, left in place."""
-        return bytes(self._buf)
+    def peek(self, limit: int | None = None) -> bytes:
+        """The incomplete tail (its first `limit` bytes), left in place."""
+        return bytes(self._buf if limit is None else self._buf[:limit])
 
     def drain(self) -> bytes:
         """Hand back the incomplete tail unparsed and start over."""

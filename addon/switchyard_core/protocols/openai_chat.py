@@ -30,7 +30,12 @@ _FINISH_SET = re.compile(rb'"finish_reason"\s*:\s*"')
 _OTHER_CHOICE = re.compile(rb'"index"\s*:\s*[1-9]')
 
 # finish reasons that report a failure instead of an end
-_FAILED_FINISH = {"error", "insufficient_system_resource"}
+_FAILED_FINISH = frozenset({"error", "insufficient_system_resource"})
+
+
+def _failed_finish(choice: dict[str, Any]) -> bool:
+    reason = choice.get("finish_reason")
+    return isinstance(reason, str) and reason in _FAILED_FINISH  # any JSON may come: an object is not hashable
 
 
 def _tool_calls_carry_output(calls: Any) -> bool:
@@ -133,7 +138,7 @@ class ChatStream(StreamState):
         choices = obj.get("choices")
         if isinstance(choices, list):
             for choice in choices:
-                if isinstance(choice, dict) and choice.get("finish_reason") in _FAILED_FINISH:
+                if isinstance(choice, dict) and _failed_finish(choice):
                     if choice.get("finish_reason") == "error" or not self._seen_output:
                         return Classification(
                             FrameKind.FAILURE, "finish_reason", _choice_error(choice, obj)
@@ -175,7 +180,7 @@ class OpenAIChat:
         choices = body.get("choices")
         if isinstance(choices, list):
             for choice in choices:
-                if isinstance(choice, dict) and choice.get("finish_reason") in _FAILED_FINISH:
+                if isinstance(choice, dict) and _failed_finish(choice):
                     message = choice.get("message")
                     if isinstance(message, dict) and message.get("content"):
                         continue

@@ -109,6 +109,10 @@ class RelayConnection(asyncio.Protocol):
             self._idle_for(REQUEST_READ_S)
         try:
             self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # `Connection: upgrade` (an h2c offer, ...): the request is complete and is
+            # served as an ordinary one; the upgrade is not taken (nor sent upstream)
+            pass
         except httptools.HttpParserError:
             self.abort()
 

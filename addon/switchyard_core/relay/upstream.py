@@ -130,10 +130,13 @@ def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequ
     replaced = {name.lower() for name, _ in upstream.headers}
     if upstream.auth is not None:
         replaced.add(upstream.auth[0].lower())
+    # headers the client's `Connection` names are for its hop only (an h2c offer's HTTP2-Settings)
+    listed = {token.strip().lower() for name, value in original.headers if name.lower() == "connection"
+              for token in value.split(",")}
     headers: list[tuple[str, str]] = []
     for name, value in original.headers:
         lowered = name.lower()
-        if lowered in _HOP_BY_HOP or lowered in replaced or lowered.startswith("x-switchyard-"):
+        if lowered in _HOP_BY_HOP or lowered in listed or lowered in replaced or lowered.startswith("x-switchyard-"):
             continue
         if cross_origin and lowered in CREDENTIAL_HEADERS:
             continue

@@ -274,6 +274,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     def _tunnel_data(self, data: bytes) -> None:
         assert self._tunnel is not None
+        if self._tunnel.done():
+            return  # already decided (a bad reply): the rest is not read
         self._tunnel_reply += data
         head, sep, rest = self._tunnel_reply.partition(b"\r\n\r\n")
         if not sep:
