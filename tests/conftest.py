@@ -73,6 +73,14 @@ routes:
     upstreams:
       - {{name: keepalive, url: original, retries: 0}}
       - {{name: backup, url: "http://127.0.0.1:{p2}/backup/v1/chat/completions", retries: 0}}
+  - name: chat-thinking            # a long pause before output (a reasoning model)
+    match: {{path: /thinking/v1/chat/completions}}
+    idle_timeout_s: 0.3
+    request_timeout_s: 2
+    pre_answer_keepalive_s: 0.2
+    upstreams:
+      - {{name: thinking, url: original, retries: 0}}
+      - {{name: backup, url: "http://127.0.0.1:{p2}/backup/v1/chat/completions", retries: 0}}
   - name: chat-tiny-staging
     match: {{path: /tiny/v1/chat/completions}}
     staging_limit: 300

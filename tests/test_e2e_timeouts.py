@@ -98,16 +98,28 @@ def test_non_streaming_requests_are_bounded_by_request_timeout_not_headers_timeo
     assert [c.upstream for c in env.provider.calls] == ["slow"]
 
 
-def test_silence_before_output_behind_keepalives_moves_to_the_next_upstream(env: Env) -> None:
-    # no first_output_timeout_s on this route: idle_timeout_s (3 s) bounds the silence
-    env.provider.script("keepalive", Reply.sse(wire.CHAT_ROLE, 30.0, *wire.chat_stream("never")))
+def test_a_pause_before_output_longer_than_idle_timeout_is_thinking_not_a_failure(env: Env) -> None:
+    """A reasoning model may say nothing for minutes after its first (lifecycle)
+    frame: `idle_timeout_s` bounds silence after output only."""
+    env.provider.script("thinking", Reply.sse(wire.CHAT_ROLE, 1.0, *wire.chat_stream("thought it through")[1:]))
+    result = env.curl(url(env, "thinking"), env.chat_body())
+    head, sep, answer = result.body.partition(b": switchyard upstream=thinking attempts=1\n\n")
+    assert sep and head.startswith(b": switchyard keepalive\n\n")
+    assert answer == b"".join(wire.chat_stream("thought it through"))
+    assert [c.upstream for c in env.provider.calls] == ["thinking"]
+
+
+def test_silence_before_output_behind_keepalives_is_bounded_by_request_timeout(env: Env) -> None:
+    """Behind the keepalive comments a client never times out on its own, so a
+    silent upstream is given up on after `request_timeout_s` (first_output_timeout_s off)."""
+    env.provider.script("thinking", Reply.sse(wire.CHAT_ROLE, 30.0, *wire.chat_stream("never")))
     mark = env.mitm.log_mark()
-    result = env.curl(url(env, "keepalive"), env.chat_body())
+    result = env.curl(url(env, "thinking"), env.chat_body())
     head, sep, answer = result.body.partition(b": switchyard upstream=backup attempts=2\n\n")
     assert sep and answer == BACKUP_BYTES
     assert head.startswith(b": switchyard keepalive\n\n")
     log = env.mitm.wait_for_log("switchyard.fallback_answered", mark)
-    assert 'upstream=keepalive attempt=1 phase=staging status=504 event=timeout decision=next_upstream message="nothing for 3s"' in log
+    assert 'upstream=thinking attempt=1 phase=staging status=504 event=timeout decision=next_upstream message="nothing for 2s"' in log
 
 
 def test_a_non_streaming_body_after_keepalive_headers_is_reported_in_band(env: Env) -> None:

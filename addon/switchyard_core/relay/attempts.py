@@ -280,7 +280,12 @@ class AttemptLoop:
             rewrite_capacity_codes=settings.rewrite_capacity_codes,
         )
         record.phase = "staging"
-        idle_s = settings.idle_timeout_s or None
+        idle_s = settings.idle_timeout_s or None  # silence after output
+        # silence before output: reasoning models can think for minutes before their first
+        # token, so not `idle_timeout_s`; `request_timeout_s` (an answer's patience), and
+        # `first_output_timeout_s` where it is set.  Some bound is needed: behind the
+        # pre-answer keepalive a client never times out on its own
+        quiet_s = settings.request_timeout_s or None
         first_output_s = settings.first_output_timeout_s
         deadline = record.started + first_output_s if first_output_s else None
         body = answer.body
@@ -291,9 +296,7 @@ class AttemptLoop:
         failures: list[Classification] = []
 
         def staging_bound() -> None:
-            # silence is bounded by idle_timeout_s before output too: a provider that
-            # goes quiet behind our keepalive comments must not hold the client forever
-            wait = idle_s
+            wait = quiet_s
             if deadline is not None:
                 left = max(0.0, deadline - time.monotonic())
                 wait = left if wait is None else min(wait, left)
@@ -327,7 +330,7 @@ class AttemptLoop:
                                   "stream_stalled")
                 return None
             silent = deadline is None or time.monotonic() < deadline
-            what = f"nothing for {settings.idle_timeout_s:g}s" if silent else f"no output within {first_output_s:g}s"
+            what = f"nothing for {settings.request_timeout_s:g}s" if silent else f"no output within {first_output_s:g}s"
             info = ErrorInfo(status=504, message=what, event_type="timeout", retryable_hint=True)
             return self._fail(attempt, info, timed_out=True)
         if failures:
