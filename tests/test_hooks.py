@@ -231,6 +231,7 @@ routes:
       - {{name: primary, url: original, retries: 0}}
       - name: backup
         url: http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions
+        model: backup-model
         auth: {{header: Authorization, value: "Bearer backup-key-123"}}
         headers: {{Helicone-Auth: "Bearer ${{SWY_HOOK_GATEWAY_KEY}}", X-Team: dev}}
 """)
@@ -241,7 +242,7 @@ routes:
         router.keeper = keeper
         with taddons.context(keeper, router, view) as tctx:
             tctx.configure(keeper, switchyard_rules=str(rules))
-            flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions")
+            flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions?key=sk-query-SECRET-55")
             flow.request.scheme, flow.request.port = "http", provider.ports[0]
             view.add([flow])
             await router.route(flow)
@@ -260,6 +261,11 @@ routes:
             assert flow.request.headers["authorization"] == "[redacted]"
             assert flow.request.headers["helicone-auth"] == "[redacted]"
             assert flow.request.headers["x-team"] == "dev"
+            # and what a replay needs to send it: the backup's Host, the body it got (its model), its length
+            assert flow.request.headers["host"] == f"127.0.0.1:{provider.ports[1]}"
+            assert flow.request.raw_content == provider.calls_to("backup")[0].body
+            assert json.loads(flow.request.raw_content)["model"] == "backup-model"
+            assert flow.request.headers["content-length"] == str(len(flow.request.raw_content))
             assert provider.calls_to("backup")[0].headers["Helicone-Auth"] == "Bearer sk-gateway-SECRET-77"
             assert flow.comment == "primary: 503 provider overloaded before output → backup answered"
             assert flow.marked == ":arrows_counterclockwise:"
@@ -272,7 +278,11 @@ routes:
             assert len(flows) == 2
             attempt = flows[1]
             assert attempt.metadata["switchyard"]["attempt_of"] == flow.id
-            assert attempt.request.url == f"http://127.0.0.1:{provider.ports[0]}/primary/v1/chat/completions"
+            # the client's query key (sent to its own origin only) is shown nowhere
+            assert attempt.request.url == (f"http://127.0.0.1:{provider.ports[0]}/primary/v1/chat/completions"
+                                           "?key=[redacted]")
+            shown = json.dumps([flow.metadata, attempt.metadata]) + flow.request.url + attempt.request.url
+            assert "sk-query-SECRET" not in shown
             assert attempt.request.headers["authorization"] == "[redacted]"
             assert attempt.request.content == b""
             assert attempt.response is not None and attempt.response.status_code == 200

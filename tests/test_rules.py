@@ -134,8 +134,12 @@ def test_route_match_globs(tmp_path: Path) -> None:
         ("version: 1\nroutes: [\n", ":3: invalid YAML"),
         ("", ":1: the file is empty"),
         ("routes: []\n", ":1: version: Field required"),
+        (MINIMAL.replace("url: original", "url: original\n        retries: 2\n        retries: 5"),
+         ":9: routes[0].upstreams[0].retries: given twice (the first is line 8)"),
+        (MINIMAL + "routes: []\n", ":8: routes: given twice (the first is line 2)"),
     ],
-    ids=["wrong-type", "unknown-key", "bad-size", "bad-version", "bad-url", "no-api", "duplicate-route", "fault-route", "fault-kind", "yaml-syntax", "empty", "no-version"],
+    ids=["wrong-type", "unknown-key", "bad-size", "bad-version", "bad-url", "no-api", "duplicate-route", "fault-route",
+         "fault-kind", "yaml-syntax", "empty", "no-version", "duplicate-key", "duplicate-section"],
 )
 def test_errors_name_file_line_and_field(tmp_path: Path, text: str, expected: str) -> None:
     message = error_of(tmp_path, text)

@@ -28,7 +28,7 @@ from .. import observe
 from ..observe import METADATA_KEY
 from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, AttemptRecord, Exchange, OriginalRequest, Relay, UpstreamClient
 from ..relay.server import reason_phrase
-from ..relay.upstream import is_cross_origin
+from ..relay.upstream import build_request, is_cross_origin, redact_query
 from .relay_streams import relay_streams
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral
@@ -168,7 +168,7 @@ class Router:
         self._live[flow.id] = exchange
         if self._direct:
             exchange.mitmproxy_streams = lambda: relay_streams(flow)
-        flow.metadata[METADATA_KEY] = {"route": route.name, "api": route.api, "original_url": original.url}
+        flow.metadata[METADATA_KEY] = {"route": route.name, "api": route.api, "original_url": redact_query(original.url)}
         data = request.data
         exchange.flow_address = (data.scheme, data.host, data.port, data.authority)
         request.scheme = "http"
@@ -268,9 +268,13 @@ class Router:
             return
         if is_cross_origin(answered, original.url):
             record = next((r for r in reversed(exchange.attempts) if r.url == answered), None)
-            shown = record.shown_request_headers() if record else []
+            shown = [("Host", urlsplit(answered).netloc), *(record.shown_request_headers() if record else [])]
             request.headers = Headers([(k.encode(), v.encode()) for k, v in shown])
             request.url = answered
+            upstream = next((u for u in exchange.route.upstreams if record and u.name == record.upstream), None)
+            if upstream is not None:
+                request.raw_content = build_request(original, upstream).body  # with its own model, if it has one
+            request.headers["Content-Length"] = str(len(request.raw_content or b""))  # a replay sends it whole
             return
         request.url = answered
         self._restore_host_header(request, original)
@@ -282,7 +286,7 @@ class Router:
             request.headers["Host"] = original_host
 
     def _annotate(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
-        attempts = [record.as_dict() for record in exchange.attempts]
+        attempts = [{**record.as_dict(), "url": redact_query(record.url)} for record in exchange.attempts]
         flow.metadata[METADATA_KEY] = {
             "route": exchange.route.name,
             "api": exchange.route.api,
@@ -372,10 +376,11 @@ class LastInLine:
 
 def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord) -> http.HTTPFlow:
     """A failed attempt as a flow: credentials redacted, no request body, what came back."""
-    parts = urlsplit(record.url)
+    url = redact_query(record.url)
+    parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     headers = Headers([(name.encode(), value.encode()) for name, value in record.shown_request_headers()])
-    request = http.Request.make(exchange.request.method, record.url, b"", headers)
+    request = http.Request.make(exchange.request.method, url, b"", headers)
     request.timestamp_start = request.timestamp_end = flow.request.timestamp_start
     attempt = http.HTTPFlow(flow.client_conn, connection.Server(address=(parts.hostname or "", port)))
     attempt.request = request
@@ -384,7 +389,8 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
         attempt.response = http.Response.make(status, body, Headers([(k.encode(), v.encode()) for k, v in answer_headers]))
     else:
         attempt.error = mitmflow.Error(record.message or record.outcome)
-    attempt.metadata[METADATA_KEY] = {"attempt_of": flow.id, "route": exchange.route.name, "api": exchange.route.api, **record.as_dict()}
+    attempt.metadata[METADATA_KEY] = {"attempt_of": flow.id, "route": exchange.route.name, "api": exchange.route.api,
+                                      **record.as_dict(), "url": url}
     what = " ".join(str(x) for x in (record.status, record.code, record.message) if x)
     attempt.comment = f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; request body omitted"
     attempt.marked = ":red_circle:"

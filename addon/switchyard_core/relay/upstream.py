@@ -103,6 +103,19 @@ def target_url(original_url: str, upstream_url: str | None) -> str:
     return url
 
 
+def redact_query(url: str) -> str:
+    """The URL as it may be shown beside redacted headers: credential query
+    parameters (`?key=`, Gemini's) keep their names, not their values."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if not any(k.lower() in _CREDENTIAL_QUERY for k, _ in pairs):
+        return url
+    shown = [(k, "[redacted]" if k.lower() in _CREDENTIAL_QUERY else v) for k, v in pairs]
+    return urlunsplit(parts._replace(query=urlencode(shown, safe="[]")))
+
+
 def is_cross_origin(url: str, other: str) -> bool:
     return _origin(url) != _origin(other)
 

@@ -123,12 +123,25 @@ def default_rules_path(cwd: Path | None = None) -> Path:
 # --- YAML with line numbers -------------------------------------------------
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, loc: tuple[Any, ...], line: int) -> None:
+        self.loc, self.line = loc, line
+
+
 def _record_lines(node: yaml.Node, path: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> None:
-    """Map each key path (as pydantic reports locations) to its line in the file."""
+    """Map each key path (as pydantic reports locations) to its line in the file.
+
+    A key given twice in one mapping is an error: YAML loaders keep the last one
+    silently, and a setting the user wrote would be ignored without a word."""
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
         for key_node, value_node in node.value:
             key = path + (key_node.value,)
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.value in seen:
+                    raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                seen.add(key_node.value)
             lines[key] = key_node.start_mark.line + 1
             _record_lines(value_node, key, lines)
     elif isinstance(node, yaml.SequenceNode):
@@ -162,7 +175,11 @@ def _compose(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
     if root is None:
         raise RulesError(f"{path}:1: the file is empty; it needs at least `version: 1`")
     lines: dict[tuple[Any, ...], int] = {}
-    _record_lines(root, (), lines)
+    try:
+        _record_lines(root, (), lines)
+    except _DuplicateKey as duplicate:
+        raise RulesError(f"{path}:{duplicate.line}: {_field_name(duplicate.loc)}: given twice "
+                         f"(the first is line {lines.get(duplicate.loc, '?')})") from None
     try:
         data = yaml.SafeLoader("").construct_document(root)
     except yaml.YAMLError as exc:
