@@ -286,3 +286,21 @@ async def test_a_new_turn_during_the_backoff_gets_the_first_turns_failure_first(
     assert first == failing[1]  # the failure the client would have had, not silence
     assert got == good
     assert upstream.creates == [create("one"), create("two")]
+
+
+async def test_a_timed_out_responses_late_answer_never_becomes_the_next_turns(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    """The client retries at once after the in-band timeout; the silent response then
+    wakes up and finishes: all of it is dropped, and turn 2 gets its own answer."""
+    late = answer_turn("resp_stall", text="STALE ANSWER")
+    fresh = answer_turn("resp_two", text="FRESH ANSWER")
+    upstream.script(late[:1] + [1.5] + late[1:], fresh)
+    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("slow one"))
+            first = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
+            await ws.send_str(create("again"))  # the client's own retry, right after the timeout
+            second = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert json.loads(first[1])["code"] == "upstream_timeout"
+    assert second == fresh

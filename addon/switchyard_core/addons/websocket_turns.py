@@ -57,17 +57,25 @@ def _create_type(message: Any) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _response_id(message: Any) -> str | None:
-    """The id of the response a server message belongs to, when it names one."""
+def _response_ref(message: Any) -> tuple[str | None, str | None]:
+    """The id of the response a server message belongs to, when it names one, and the message's type."""
     if not message.is_text or b'"resp' not in message.content:
-        return None
+        return None, None
     try:
         obj = json.loads(message.content)
     except (ValueError, RecursionError):
-        return None
+        return None, None
     response = obj.get("response") if isinstance(obj, dict) else None
     found = response.get("id") if isinstance(response, dict) else None
-    return found if isinstance(found, str) else None
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    return (found if isinstance(found, str) else None), (kind if isinstance(kind, str) else None)
+
+
+def _response_id(message: Any) -> str | None:
+    return _response_ref(message)[0]
+
+
+_RESPONSE_ENDS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 
 @dataclass
@@ -110,6 +118,9 @@ class _Conn:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     story: dict[str, Any] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()  # credential values of the handshake and the route, never logged
+    # a timed-out response still running on the connection: its late messages (deltas name no
+    # response) are dropped until it ends or the server names another response, whatever the turn
+    draining: str | None = None
 
     @property
     def upstream(self) -> str:
@@ -209,6 +220,8 @@ class WebSocketTurns:
     # --- server side ----------------------------------------------------------
 
     def _from_server(self, conn: _Conn, message: Any) -> None:
+        if conn.draining is not None and self._drained(conn, message):
+            return
         turn = conn.turn
         if turn is None:
             self._deliver(conn, message)
@@ -243,6 +256,17 @@ class WebSocketTurns:
         turn.held_size += len(message.content)
         if turn.held_size > conn.route.settings.staging_limit:
             self._commit(conn, turn, None, "staging_limit")
+
+    def _drained(self, conn: _Conn, message: Any) -> bool:
+        """Whether `message` was the timed-out response's, and dropped."""
+        rid, kind = _response_ref(message)
+        if rid is not None and rid != conn.draining:
+            conn.draining = None  # the server moved on: from here it is the new turn's
+            return False
+        if rid is not None and kind in _RESPONSE_ENDS:
+            conn.draining = None  # its last message
+        message.drop()
+        return True
 
     def _after_commit(self, conn: _Conn, turn: _Turn, message: Any) -> None:
         """After output or a forwarded failure: look for failures, rewrite, log."""
@@ -330,6 +354,7 @@ class WebSocketTurns:
         elif timed_out:
             self._inject_to_client(conn, error_event_payload(f"switchyard: {info.message}", "upstream_timeout"), True)
             turn.discarding = True  # the rest of the silent response, if it ever comes, is dropped
+            conn.draining = turn.response_id  # ... even once the client has started another turn
 
     def _record_failure(self, conn: _Conn, turn: _Turn, info: ErrorInfo, outcome: str,
                         delay_s: float | None = None) -> None:
