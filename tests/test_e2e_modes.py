@@ -111,6 +111,10 @@ def test_tls_handshake_failure_is_a_retryable_transport_failure(tls: TlsSetup) -
 
 
 def test_upstream_proxy_mode_sends_every_attempt_through_the_upstream_proxy(tmp_path: Path) -> None:
+    """...and only the attempts of flows that came in on that listener: a second,
+    regular listener of the same mitmproxy goes straight to the upstreams."""
+    from tests.support.mitm import free_port
+
     provider = FakeProvider().start()
     # the upstream proxy wants credentials: the relay must send mitmproxy's upstream_auth
     upstream_proxy = start_mitmdump(tmp_path / "none.yaml", tmp_path / "upstream-proxy.log", bare=True,
@@ -126,8 +130,9 @@ routes:
       - {{name: primary, url: original, retries: 0}}
       - {{name: backup, url: "http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions"}}
 """)
+    regular_port = free_port()
     dump = start_mitmdump(rules, tmp_path / "mitmdump.log", mode=f"upstream:{upstream_proxy.proxy_url}",
-                          extra_args=["--set", "upstream_auth=corp:hunter22"])
+                          extra_args=["--set", "upstream_auth=corp:hunter22", "--mode", f"regular@{regular_port}"])
     try:
         provider.script("primary", Reply.sse(HEADLINE))
         client = openai.OpenAI(api_key=CLIENT_SECRET, base_url=provider.url("primary", "/v1"), max_retries=0,
@@ -143,6 +148,17 @@ routes:
         seen = upstream_proxy.log()
         assert f"POST http://127.0.0.1:{provider.ports[0]}/primary/v1/chat/completions" in seen
         assert f"POST http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions" in seen
+
+        provider.reset()
+        provider.script("primary", Reply.sse(HEADLINE))
+        direct = openai.OpenAI(api_key=CLIENT_SECRET, base_url=provider.url("primary", "/v1"), max_retries=0,
+                               http_client=openai.DefaultHttpxClient(proxy=f"http://127.0.0.1:{regular_port}",
+                                                                     trust_env=False))
+        assert stream_text(direct) == wire.answer_text("backup")
+        assert [c.upstream for c in provider.calls] == ["primary", "backup"]
+        assert "proxy-authorization" not in {k.lower() for k in provider.calls[0].headers}
+        time.sleep(0.3)  # anything sent through the upstream proxy would be in its log by now
+        assert upstream_proxy.log().count("/primary/v1/chat/completions") == seen.count("/primary/v1/chat/completions")
     finally:
         dump.stop()
         upstream_proxy.stop()

@@ -22,7 +22,6 @@ from urllib.parse import urlsplit
 from mitmproxy import command, connection, ctx, http
 from mitmproxy import flow as mitmflow
 from mitmproxy.http import Headers
-from mitmproxy.proxy import mode_specs
 
 from .. import observe
 from ..observe import METADATA_KEY
@@ -33,17 +32,18 @@ from .relay_streams import relay_streams
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral
 
-UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "mode", "upstream_auth"}
+UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth"}
 DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer kept for mitmweb
 
 
-def _upstream_proxy() -> str | None:
-    for spec in ctx.options.mode:
-        mode = mode_specs.ProxyMode.parse(spec)
-        if isinstance(mode, mode_specs.UpstreamMode):
-            host, port = mode.address
-            return f"{mode.scheme}://{host}:{port}"
-    return None
+def _proxy_of(server: connection.Server) -> str | None:
+    """The upstream proxy mitmproxy would send this flow through: its listener's
+    upstream mode (each `--mode` is its own listener; regular and reverse ones have none)."""
+    if server.via is None:
+        return None
+    scheme, (host, port) = server.via
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}:{port}"
 
 
 class _DisplayCopy:
@@ -96,7 +96,6 @@ class Router:
             verify=not ctx.options.ssl_insecure,
             ca_file=ctx.options.ssl_verify_upstream_trusted_ca,
             ca_dir=ctx.options.ssl_verify_upstream_trusted_confdir,
-            proxy=_upstream_proxy(),
             # defined by mitmproxy's UpstreamAuth addon, absent where that is not loaded
             proxy_auth=ctx.options.upstream_auth if "upstream_auth" in ctx.options else None,
         )
@@ -181,6 +180,7 @@ class Router:
         # a fresh one (`via` cannot be cleared on an open tunnel); only there, since
         # creating one is measurable on the first token
         server = flow.server_conn
+        exchange.upstream_proxy = _proxy_of(server)
         if server.via is not None or server.transport_protocol != "tcp":
             flow.server_conn = connection.Server(address=("127.0.0.1", relay.port))
         self.counters["routed"] += 1

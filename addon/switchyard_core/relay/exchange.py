@@ -102,4 +102,5 @@ class Exchange:
     # mitmproxy's own reader and writer of the relay connection this exchange comes on,
     # if they can be found (then the answer goes to mitmproxy in-process: relay/direct_line.py)
     mitmproxy_streams: "Callable[[], tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] | None" = None
+    upstream_proxy: str | None = None  # the upstream-mode proxy the flow's listener sends through, if any
 

@@ -267,7 +267,8 @@ class RelayConnection(asyncio.Protocol):
 
 class Relay:
     def __init__(self, http: UpstreamClient) -> None:
-        self.http = http
+        self.http = http  # straight to upstreams
+        self._via: dict[str, UpstreamClient] = {}  # through an upstream proxy, by the proxy's URL
         self._pending: dict[str, Exchange] = {}
         self._server: asyncio.Server | None = None
         self.connections: set[RelayConnection] = set()
@@ -285,8 +286,18 @@ class Relay:
 
     def replace_client(self, http: UpstreamClient) -> None:
         """New upstream settings; exchanges in flight keep the client they started with."""
-        self._retired.append(self.http)
+        self._retired += [self.http, *self._via.values()]
         self.http = http
+        self._via = {}
+
+    def client_via(self, proxy: str | None) -> UpstreamClient:
+        """The client for an exchange: straight, or through the upstream proxy its flow's mode names."""
+        if proxy is None:
+            return self.http
+        client = self._via.get(proxy)
+        if client is None:
+            client = self._via[proxy] = self.http.via(proxy)
+        return client
 
     def register(self, route: Route, request: OriginalRequest, faults: FaultPlan | None = None, *,
                  provisional_head: bool = False) -> Exchange:
@@ -324,9 +335,10 @@ class Relay:
             connection.abort()
         self._server = None
         self.port = None
-        for client in (*self._retired, self.http):
+        for client in (*self._retired, self.http, *self._via.values()):
             client.close()
         self._retired.clear()
+        self._via.clear()
 
     async def serve(self, token: str, sink: RelayConnection) -> None:
         exchange = self._pending.pop(token, None) if token else None
@@ -338,7 +350,7 @@ class Relay:
             self.direct_answers += 1
         if exchange.provisional_head and exchange.request.method != "HEAD":
             sink.begin(exchange)
-        loop = AttemptLoop(exchange, self.http, sink)
+        loop = AttemptLoop(exchange, self.client_via(exchange.upstream_proxy), sink)
         self.answers += 1
         self.in_flight += 1
         try:

@@ -40,11 +40,17 @@ class UpstreamClient:
         self._ca_file = ca_file
         self._ca_dir = ca_dir
         self._proxy: SplitResult | None = urlsplit(proxy) if proxy else None
+        self._proxy_credentials = proxy_auth
         self._proxy_auth = ("Basic " + base64.b64encode(proxy_auth.encode()).decode()
                             if proxy_auth and ":" in proxy_auth else None)
         self._tls_context: ssl.SSLContext | None = None
         self._idle: dict[Key, list[UpstreamConnection]] = {}
         self._closed = False
+
+    def via(self, proxy: str) -> "UpstreamClient":
+        """A client with the same settings that goes through `proxy` (an upstream-mode proxy)."""
+        return UpstreamClient(verify=self._verify, ca_file=self._ca_file, ca_dir=self._ca_dir, proxy=proxy,
+                              proxy_auth=self._proxy_credentials)
 
     def _tls(self) -> ssl.SSLContext:
         """Verify upstreams as mitmproxy does: its trusted CA options, else certifi's bundle."""
