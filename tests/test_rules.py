@@ -95,6 +95,21 @@ def test_unset_variable_skips_the_upstream_with_one_warning(tmp_path: Path, monk
     assert rules.warnings == (f"{path}:8: upstream 'backup' skipped: ${{SWY_MISSING}} is not set",)
 
 
+def test_a_url_variable_that_expands_to_no_http_url_skips_the_upstream_with_one_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked once expanded, at load time (not at the first request); its value is
+    not shown: a key put in the wrong variable must not reach the log."""
+    monkeypatch.setenv("SWY_BACKUP_URL", "sk-oops-SECRET")
+    path = write(tmp_path, MINIMAL + """\
+      - name: backup
+        url: "${SWY_BACKUP_URL}"
+""")
+    rules = load_rules(path)
+    assert [u.name for u in rules.routes[0].upstreams] == ["openai"]
+    assert rules.warnings == (f"{path}:8: upstream 'backup' skipped: its url with ${{SWY_BACKUP_URL}} expanded "
+                              "is not an http(s) URL",)
+
+
 def test_a_variable_holding_a_line_break_skips_the_upstream_and_never_reaches_a_header(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWY_NEWLINE_KEY", "sk-from-a-file\n")

@@ -221,6 +221,12 @@ def _resolve_upstream(
         warnings.append(f"{where}: upstream {spec.name!r} skipped: {names} holds a line break or NUL "
                         "(a key read from a file with its newline?)")
         return None
+    if url is not None and "${" in spec.url and not _is_http_url(url):
+        # checked as written at load time only where it held no variable
+        names = ", ".join(sorted(f"${{{name}}}" for name in set(_VAR.findall(spec.url))))
+        warnings.append(f"{where}: upstream {spec.name!r} skipped: its url with {names} expanded is not "
+                        "an http(s) URL")  # the value itself is not shown: it may be a secret put there by mistake
+        return None
     secret = {name.lower() for name, value in spec.headers.items() if _VAR.search(value)}
     if spec.auth is not None:
         secret.add(spec.auth.header.lower())
@@ -236,10 +242,14 @@ def _resolve_upstream(
     )
 
 
+def _is_http_url(url: str) -> bool:
+    return re.match(r"^https?://[^/\s]+", url) is not None
+
+
 def _check_url(url: str, field_loc: tuple[Any, ...], path: Path, lines: dict) -> None:
     if url == "original" or "${" in url:
         return
-    if not re.match(r"^https?://[^/\s]+", url):
+    if not _is_http_url(url):
         line = _line_of(field_loc, lines)
         raise RulesError(
             f"{path}:{line}: {_field_name(field_loc)}: must be `original` or an http(s) URL, got {url!r}"
