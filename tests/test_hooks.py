@@ -314,3 +314,33 @@ def test_content_view_lists_frames_with_their_classification() -> None:
     kinds = [line.split()[1:3] for line in lines if line.startswith("#")]
     assert kinds == [["keepalive"], ["lifecycle"], ["output", "▶"], ["failure", "retryable"], ["terminal"]]
     assert "status=503 message=late" in result.text
+
+
+async def test_an_intercepted_flow_is_routed_once_resumed_as_edited_and_a_killed_one_never(rules_file: Path) -> None:
+    import asyncio
+
+    from switchyard_core.addons.router import LastInLine
+
+    keeper = RulesKeeper()
+    router = Router(keeper)
+    last = LastInLine(router)
+    with taddons.context(keeper, router) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(rules_file))
+        edited, killed = chat_flow(), chat_flow()
+        for flow in (edited, killed):
+            flow.intercept()  # as mitmweb's intercept does in its own `request` hook, before this one
+        waiting = [asyncio.create_task(last.request(flow)) for flow in (edited, killed)]
+        await asyncio.sleep(0.05)
+        assert not any(task.done() for task in waiting)
+        assert TOKEN_HEADER not in edited.request.headers  # shown with its real destination while held
+        edited.request.content = edited.request.content.replace(b'"gpt-4o"', b'"gpt-4o-edited"')
+        edited.resume()
+        killed.kill()
+        async with asyncio.timeout(5):
+            await asyncio.gather(*waiting)
+        assert edited.request.host == "127.0.0.1" and TOKEN_HEADER in edited.request.headers
+        exchange = router._live[edited.id]
+        assert json.loads(exchange.request.body)["model"] == "gpt-4o-edited"
+        assert killed.request.host == "api.openai.com" and TOKEN_HEADER not in killed.request.headers
+        assert killed.id not in router._live
+        router.done()

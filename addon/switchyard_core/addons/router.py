@@ -12,6 +12,7 @@ never touched.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections import Counter
@@ -369,8 +370,10 @@ class LastInLine:
         self.router = router
 
     async def request(self, flow: http.HTTPFlow) -> None:
-        if flow.intercepted:
-            await flow.wait_for_resume()
+        while flow.intercepted:  # until resumed, or killed (a kill wakes no waiter: look again now and then)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1):
+                    await flow.wait_for_resume()
         await self.router.route(flow)
 
 
