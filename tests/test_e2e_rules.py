@@ -109,3 +109,41 @@ def test_the_script_reloaded_after_an_edit_goes_on_routing(tmp_path: Path) -> No
     finally:
         dump.stop()
         provider.stop()
+
+
+def test_streams_in_flight_when_the_script_is_reloaded_finish_whole(tmp_path: Path) -> None:
+    """A reload of the script (its file changed) makes a new relay for new flows; a
+    client mid-answer keeps its stream to the end, and its flow its story."""
+    import threading
+
+    from mitmproxy import io
+
+    provider = FakeProvider().start()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(GOOD.format(port=provider.ports[1], backup_name="backup"))
+    script = tmp_path / "switchyard.py"
+    script.write_text(ADDON.read_text())
+    saved = tmp_path / "flows"
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", bare=True,
+                          extra_args=["-s", str(script), "--set", f"switchyard_rules={rules}", "-w", str(saved)])
+    frames = wire.chat_stream("one two three four five six seven eight")
+    try:
+        provider.script("primary", Reply.sse(*[piece for frame in frames for piece in (frame, 0.25)]))
+        got: list[bytes] = []
+        client = threading.Thread(target=lambda: got.append(
+            curl_through(dump.proxy_url, provider.url("primary", "/v1/chat/completions"))))
+        client.start()
+        mark = dump.log_mark()
+        edit(script, ADDON.read_text() + "\n# edited\n")  # about a second into a three-second answer
+        dump.wait_for_log("switchyard.rules_loaded", mark)
+        client.join(20)
+        assert got == [b"".join(frames)]
+        assert answered_by_after_a_primary_failure(dump, provider) == backup_answer("backup")  # the new relay
+        assert "Traceback" not in dump.log()
+    finally:
+        dump.stop()
+        provider.stop()
+    with saved.open("rb") as file:
+        stories = [flow.metadata.get("switchyard", {}) for flow in io.FlowReader(file).stream()]
+    assert [(s.get("outcome"), s.get("answered_by")) for s in stories] == [("committed", "primary"),
+                                                                          ("committed", "backup")]

@@ -36,6 +36,12 @@ from .streaming_note import StreamingNoteDeferral
 UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth"}
 DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer kept for mitmweb
 
+# Routed flows not yet answered, by flow id.  Module-level, not the Router's: when
+# mitmproxy reloads the script (its file changed) it makes a new Router, and the
+# flows still streaming must still get their real head, their URL and their story.
+# (mitmproxy re-imports the script file only, never this package.)
+_LIVE: dict[str, Exchange] = {}
+
 
 def _proxy_of(server: connection.Server) -> str | None:
     """The upstream proxy mitmproxy would send this flow through: its listener's
@@ -67,7 +73,7 @@ class Router:
     def __init__(self, keeper: RulesKeeper) -> None:
         self.keeper = keeper
         self.relay: Relay | None = None
-        self._live: dict[str, Exchange] = {}  # flow id -> exchange
+        self._live = _LIVE
         self.counters: Counter[str] = Counter()
         self._notes = StreamingNoteDeferral()
         self._start: asyncio.Task[Relay] | None = None  # the relay's start, from `running`
@@ -119,7 +125,7 @@ class Router:
             self._start.cancel()
             self._start = None
         if self.relay is not None:
-            self.relay.stop()
+            self.relay.retire()  # a reload: the streams in flight finish on it, new flows go to the next
             self.relay = None
 
     async def _ensure_relay(self) -> Relay:

@@ -49,6 +49,7 @@ _TOKEN_HEADER = TOKEN_HEADER.encode()
 # keep-alive is 75 s); a request that has begun must be complete sooner
 IDLE_CLOSE_S = 60.0
 REQUEST_READ_S = 30.0
+RETIRE_MAX_S = 600.0  # a retired relay (the script was reloaded) stops by then whatever is in flight
 
 
 def _nowhere(data: bytes) -> None:
@@ -278,6 +279,7 @@ class Relay:
         self.direct_answers = 0
         self._retired: list[UpstreamClient] = []
         self._starting = asyncio.Lock()
+        self._retiring = False
 
     @property
     def pending(self) -> int:
@@ -326,13 +328,29 @@ class Relay:
             self.port = self._server.sockets[0].getsockname()[1]
             observe.emit(logging.DEBUG, "switchyard.relay_listening", port=self.port)
 
-    def stop(self) -> None:
+    def retire(self) -> None:
+        """Stop once the exchanges in flight have ended.
+
+        For a reload of the script (synchronous, like `done`): the clients streaming
+        through this relay keep their answers, while the next Router's relay takes
+        the new flows.  At most RETIRE_MAX_S, in case an exchange never ends."""
+        if self.in_flight == 0:
+            self.stop()
+            return
+        self._retiring = True
+        asyncio.get_running_loop().call_later(RETIRE_MAX_S, self.stop)
+
+    def stop(self, graceful: bool = False) -> None:
         """Close everything, at once (synchronous: mitmproxy calls `done` synchronously
-        when it reloads the script)."""
+        when it reloads the script).  `graceful`: nothing is in flight, and what was
+        written is still sent before each connection closes."""
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
-            connection.abort()
+            if graceful and connection.transport is not None:
+                connection.transport.close()
+            else:
+                connection.abort()
         self._server = None
         self.port = None
         for client in (*self._retired, self.http, *self._via.values()):
@@ -366,4 +384,6 @@ class Relay:
         finally:
             self.in_flight -= 1
             loop.log.finished()  # once the outcome is known (a client that left, a bug)
+            if self._retiring and self.in_flight == 0:
+                asyncio.get_running_loop().call_soon(self.stop, True)  # after this answer's end is written
         sink.end()
