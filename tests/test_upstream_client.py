@@ -125,6 +125,22 @@ async def test_chunked_sse_body_reads_to_a_clean_end(client: UpstreamClient) -> 
         assert await answer.body.read_some() == (b"", None)  # and stays ended
 
 
+@pytest.mark.parametrize("sloppy", [
+    b"HTTP/1.1 200 OK\nContent-Type: text/event-stream\nContent-Length: %d\n\n%b",
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x  \r\n%b\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
+    b"%x\r\n%b\r\n0\r\n\r\n",
+], ids=["bare-lf-head", "spaces-after-chunk-size", "length-beside-chunked"])
+async def test_sloppy_framing_mitmproxy_accepts_is_accepted_too(client: UpstreamClient, sloppy: bytes) -> None:
+    """A small local server's answer that mitmproxy alone would take must not become a
+    failure only because Switchyard is in the path."""
+    frames = b"".join(SSE)
+    async with Server(answering(sloppy % (len(frames), frames))) as server:
+        answer = await open_answer(client, server.url("/v1/chat/completions"))
+        assert answer.status == 200
+        assert await read_all(answer) == (frames, None)
+
+
 async def test_content_length_body(client: UpstreamClient) -> None:
     body = b'{"id":"x","choices":[]}'
     async with Server(answering(response(headers=[("Content-Type", "application/json")], body=body))) as server:
