@@ -321,17 +321,27 @@ async def test_an_intercepted_flow_is_routed_once_resumed_as_edited_and_a_killed
 
     from switchyard_core.addons.router import LastInLine
 
+    class Updates:  # what mitmweb and the console are told, through the `update` hook
+        def __init__(self) -> None:
+            self.intercepted: set[str] = set()
+
+        def update(self, flows: list) -> None:
+            self.intercepted |= {flow.id for flow in flows if flow.intercepted}
+
     keeper = RulesKeeper()
     router = Router(keeper)
+    updates = Updates()
     last = LastInLine(router)
-    with taddons.context(keeper, router) as tctx:
+    with taddons.context(keeper, router, updates) as tctx:
         tctx.configure(keeper, switchyard_rules=str(rules_file))
+        router.running()
         edited, killed = chat_flow(), chat_flow()
         for flow in (edited, killed):
             flow.intercept()  # as mitmweb's intercept does in its own `request` hook, before this one
         waiting = [asyncio.create_task(last.request(flow)) for flow in (edited, killed)]
         await asyncio.sleep(0.05)
         assert not any(task.done() for task in waiting)
+        assert updates.intercepted == {edited.id, killed.id}  # mitmweb shows them held, with their Resume button
         assert TOKEN_HEADER not in edited.request.headers  # shown with its real destination while held
         edited.request.content = edited.request.content.replace(b'"gpt-4o"', b'"gpt-4o-edited"')
         edited.resume()
@@ -344,3 +354,28 @@ async def test_an_intercepted_flow_is_routed_once_resumed_as_edited_and_a_killed
         assert killed.request.host == "api.openai.com" and TOKEN_HEADER not in killed.request.headers
         assert killed.id not in router._live
         router.done()
+
+
+async def test_a_flow_held_across_a_script_reload_is_routed_by_the_new_router(rules_file: Path) -> None:
+    import asyncio
+
+    from switchyard_core.addons.router import LastInLine
+
+    keeper = RulesKeeper()
+    old, new = Router(keeper), Router(keeper)
+    with taddons.context(keeper, old) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(rules_file))
+        old.running()
+        flow = chat_flow()
+        flow.intercept()
+        waiting = asyncio.create_task(LastInLine(old).request(flow))
+        await asyncio.sleep(0.05)
+        tctx.master.addons.remove(old)  # mitmproxy reloads the script: the old Router goes (`done`),
+        tctx.master.addons.add(new)  # a new one comes and runs
+        new.running()
+        flow.resume()
+        async with asyncio.timeout(5):
+            await waiting
+        assert new.relay is not None and flow.request.port == new.relay.port
+        assert old.relay is None  # no relay started for a Router that is gone
+        new.done()

@@ -20,7 +20,7 @@ from typing import Any
 
 from urllib.parse import urlsplit
 
-from mitmproxy import command, connection, ctx, http
+from mitmproxy import command, connection, ctx, hooks, http
 from mitmproxy import flow as mitmflow
 from mitmproxy.http import Headers
 
@@ -41,6 +41,9 @@ DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer kept for mitmweb
 # flows still streaming must still get their real head, their URL and their story.
 # (mitmproxy re-imports the script file only, never this package.)
 _LIVE: dict[str, Exchange] = {}
+# The Routers of the scripts loaded now (a reload replaces one): a flow held in an
+# intercept across a reload is routed by the current one, never by a finished one.
+_RUNNING: list["Router"] = []
 
 
 def _proxy_of(server: connection.Server) -> str | None:
@@ -111,6 +114,8 @@ class Router:
     # script into a running proxy or reloads it after an edit (an async one raises there)
 
     def running(self) -> None:
+        if self not in _RUNNING:
+            _RUNNING.append(self)
         self._notes.install()
         if self._last not in ctx.master.addons:
             ctx.master.addons.add(self._last)
@@ -118,6 +123,8 @@ class Router:
         self._start.add_done_callback(_report_start_failure)
 
     def done(self) -> None:
+        if self in _RUNNING:
+            _RUNNING.remove(self)
         self._notes.uninstall()
         if self._last in ctx.master.addons:
             ctx.master.addons.remove(self._last)
@@ -376,11 +383,17 @@ class LastInLine:
         self.router = router
 
     async def request(self, flow: http.HTTPFlow) -> None:
+        if flow.intercepted:
+            # mitmproxy tells mitmweb and the console about a flow's state once every
+            # addon's hook has returned; this one is about to wait: tell them now
+            await ctx.master.addons.trigger_event(hooks.UpdateHook([flow]))
         while flow.intercepted:  # until resumed, or killed (a kill wakes no waiter: look again now and then)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1):
                     await flow.wait_for_resume()
-        await self.router.route(flow)
+        router = self.router if self.router in _RUNNING else (_RUNNING[-1] if _RUNNING else None)
+        if router is not None:  # None: the script was unloaded while the flow was held
+            await router.route(flow)
 
 
 def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord) -> http.HTTPFlow:
