@@ -304,3 +304,44 @@ async def test_a_timed_out_responses_late_answer_never_becomes_the_next_turns(up
             await assert_nothing_more(ws)
     assert json.loads(first[1])["code"] == "upstream_timeout"
     assert second == fresh
+
+
+async def test_the_next_turns_own_error_is_not_drained_with_a_timed_out_response(upstream: WsProvider,
+                                                                                 ws_mitm: Mitmdump) -> None:
+    """An `error` names no response: it may be the next turn's (a create rejected at
+    once), so it reaches the client even while a timed-out response is drained."""
+    late = answer_turn("resp_stall")
+    rejected = event("error", status=429, error={"type": "rate_limit_error", "code": "rate_limit_exceeded",
+                                                 "message": "Rate limit reached"})
+    upstream.script([late[0], 1.5, overload_error(1)], [rejected])  # silent, then dies with a bare error
+    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("slow one"))
+            first = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
+            await asyncio.sleep(1.0)  # the silent response dies meanwhile
+            await ws.send_str(create("again"))
+            second = (await ws.receive(timeout=5)).data
+    assert json.loads(first[1])["code"] == "upstream_timeout"
+    assert json.loads(second)["error"]["code"] == "rate_limit_exceeded"
+
+
+async def test_a_response_that_timed_out_before_naming_itself_is_still_drained(upstream: WsProvider,
+                                                                             ws_mitm: Mitmdump) -> None:
+    """Silent from the start: when it wakes before the client's next turn, the first
+    response it names can only be the silent one's, and all of it is dropped, also
+    what comes once the next turn has begun."""
+    late = answer_turn("resp_stall", text="STALE ANSWER")
+    fresh = answer_turn("resp_two", text="FRESH ANSWER")
+    upstream.script([1.5, *late[:2], 1.0, *late[2:]], fresh)  # wakes at 1.5 s, goes on at 2.5 s
+    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("slow one"))
+            timeout_error = (await ws.receive(timeout=10)).data  # at 1 s
+            await asyncio.sleep(0.8)  # it wakes and names itself meanwhile
+            await ws.send_str(create("again"))
+            second = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert json.loads(timeout_error)["code"] == "upstream_timeout"
+    assert second == fresh

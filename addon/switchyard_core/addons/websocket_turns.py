@@ -76,6 +76,7 @@ def _response_id(message: Any) -> str | None:
 
 
 _RESPONSE_ENDS = frozenset({"response.completed", "response.failed", "response.incomplete"})
+UNNAMED = ""  # a timed-out response whose id was never seen
 
 
 @dataclass
@@ -120,7 +121,8 @@ class _Conn:
     secrets: tuple[str, ...] = ()  # credential values of the handshake and the route, never logged
     # a timed-out response still running on the connection: its late messages (deltas name no
     # response) are dropped until it ends or the server names another response, whatever the turn
-    draining: str | None = None
+    draining: str | None = None  # its id; UNNAMED when it timed out before naming itself
+    draining_turn: "_Turn | None" = None
 
     @property
     def upstream(self) -> str:
@@ -258,10 +260,22 @@ class WebSocketTurns:
             self._commit(conn, turn, None, "staging_limit")
 
     def _drained(self, conn: _Conn, message: Any) -> bool:
-        """Whether `message` was the timed-out response's, and dropped."""
+        """Whether `message` was the timed-out response's, and dropped.
+
+        Only a response's own events go: an `error` names no response and may be
+        the next turn's (a create rejected with 429), so it passes, and ends the
+        draining (the silent response may have died with one like it)."""
         rid, kind = _response_ref(message)
+        if kind is None:
+            kind = _create_type(message) if message.is_text else None
         if rid is not None and rid != conn.draining:
-            conn.draining = None  # the server moved on: from here it is the new turn's
+            if conn.draining == UNNAMED and conn.turn is conn.draining_turn:
+                conn.draining = rid  # no turn since the timeout: this can only be the silent response
+            else:
+                conn.draining = None  # the server moved on: from here it is the new turn's
+                return False
+        if rid is None and not (kind or "").startswith("response."):
+            conn.draining = None
             return False
         if rid is not None and kind in _RESPONSE_ENDS:
             conn.draining = None  # its last message
@@ -354,7 +368,8 @@ class WebSocketTurns:
         elif timed_out:
             self._inject_to_client(conn, error_event_payload(f"switchyard: {info.message}", "upstream_timeout"), True)
             turn.discarding = True  # the rest of the silent response, if it ever comes, is dropped
-            conn.draining = turn.response_id  # ... even once the client has started another turn
+            # ... even once the client has started another turn
+            conn.draining, conn.draining_turn = (turn.response_id or UNNAMED), turn
 
     def _record_failure(self, conn: _Conn, turn: _Turn, info: ErrorInfo, outcome: str,
                         delay_s: float | None = None) -> None:
