@@ -5,8 +5,8 @@ records the original request and re-aims the flow at the relay with a
 single-use token.  `responseheaders` enables streaming for the relay's SSE
 answer and puts back the URL of the upstream that answered; `response` does
 it again (headers may have left before the winner was known) and writes the
-flow's story into its metadata and comment.  Flows that match no route are
-never touched.
+flow's story into its metadata and comment (flow_story.py).  Flows that match
+no route are never touched.
 """
 
 from __future__ import annotations
@@ -18,23 +18,20 @@ import logging
 from collections import Counter
 from typing import Any
 
-from urllib.parse import urlsplit
-
 from mitmproxy import command, connection, ctx, hooks, http
-from mitmproxy import flow as mitmflow
 from mitmproxy.http import Headers
 
 from .. import observe
 from ..observe import METADATA_KEY
-from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, AttemptRecord, Exchange, OriginalRequest, Relay, UpstreamClient
+from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Exchange, OriginalRequest, Relay, UpstreamClient
 from ..relay.server import reason_phrase
-from ..relay.upstream import build_request, is_cross_origin, redact_query
+from ..relay.upstream import redact_query
+from .flow_story import DisplayCopy, annotate, restore, show_attempts
 from .relay_streams import relay_streams
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral
 
 UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth"}
-DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer kept for mitmweb
 
 # Routed flows not yet answered, by flow id.  Module-level, not the Router's: when
 # mitmproxy reloads the script (its file changed) it makes a new Router, and the
@@ -54,22 +51,6 @@ def _proxy_of(server: connection.Server) -> str | None:
     scheme, (host, port) = server.via
     host = f"[{host}]" if ":" in host else host
     return f"{scheme}://{host}:{port}"
-
-
-class _DisplayCopy:
-    """A stream callback that passes bytes through and keeps a bounded copy."""
-
-    __slots__ = ("chunks", "size")
-
-    def __init__(self) -> None:
-        self.chunks: list[bytes] = []
-        self.size = 0
-
-    def __call__(self, data: bytes) -> bytes:
-        if self.size < DISPLAY_LIMIT:
-            self.chunks.append(data)
-            self.size += len(data)
-        return data
 
 
 class Router:
@@ -205,7 +186,7 @@ class Router:
             return
         # display first: once a provisional head's real one is decided, every step
         # delays the first token (a fallback's URL is shown at the end, in `response`)
-        self._restore(flow, exchange)
+        restore(flow, exchange)
         response = flow.response
         streamed = "text/event-stream" in response.headers.get("content-type", "").lower()
         if PROVISIONAL_HEADER in response.headers and exchange.head is not None:
@@ -222,7 +203,7 @@ class Router:
         # close: frame the body for it as the upstream would have
         response.headers.pop("connection", None)
         if streamed:
-            response.stream = _DisplayCopy()
+            response.stream = DisplayCopy()
             if flow.request.http_version.startswith("HTTP/1") and "content-length" not in response.headers:
                 response.headers["transfer-encoding"] = "chunked"
 
@@ -233,12 +214,12 @@ class Router:
         self._notes.forget(flow.client_conn.peername)
         if self.relay is not None:
             self.relay.forget(exchange.token)  # answered by someone else (another addon)
-        self._restore(flow, exchange)
+        restore(flow, exchange)
         stream = flow.response.stream
-        if isinstance(stream, _DisplayCopy) and not flow.response.raw_content:
+        if isinstance(stream, DisplayCopy) and not flow.response.raw_content:
             flow.response.content = b"".join(stream.chunks)
-        self._annotate(flow, exchange)
-        self._show_attempts(flow, exchange)
+        annotate(flow, exchange, self.counters)
+        show_attempts(flow, exchange)
 
     def error(self, flow: http.HTTPFlow) -> None:
         exchange = self._live.pop(flow.id, None)
@@ -246,100 +227,9 @@ class Router:
             self._notes.forget(flow.client_conn.peername)
             if self.relay is not None:
                 self.relay.forget(exchange.token)
-            self._restore(flow, exchange)
-            self._annotate(flow, exchange)
-            self._show_attempts(flow, exchange)
-
-    # --- display --------------------------------------------------------------
-
-    def _restore(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
-        """Display only: a failure here must never cost the client its answer."""
-        try:
-            self._show_answering_upstream(flow, exchange)
-        except ValueError as exc:
-            observe.emit(logging.WARNING, "switchyard.display_failed", route=exchange.route.name, error=str(exc))
-
-    def _show_answering_upstream(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
-        """Show the upstream that answered (or the original) instead of the relay.
-
-        When that upstream is on another origin, the flow also shows the headers
-        it was sent, credentials redacted: a flow that paired the client's key
-        with another origin's URL would leak it on replay.
-        """
-        request = flow.request
-        original = exchange.request
-        answered = exchange.answered_url or original.url
-        if exchange.shown_url == answered:
-            return  # already shown (responseheaders, then response)
-        exchange.shown_url = answered
-        request.headers.pop(TOKEN_HEADER, None)
-        if answered == original.url and exchange.flow_address is not None:
-            # the original destination answered (the common case): put back the fields
-            # the request hook changed, as they were (cheaper than parsing the URL again)
-            data = request.data
-            data.scheme, data.host, data.port, data.authority = exchange.flow_address
-            self._restore_host_header(request, original)
-            return
-        if is_cross_origin(answered, original.url):
-            record = next((r for r in reversed(exchange.attempts) if r.url == answered), None)
-            shown = [("Host", urlsplit(answered).netloc), *(record.shown_request_headers() if record else [])]
-            request.headers = Headers([(k.encode(), v.encode()) for k, v in shown])
-            request.url = answered
-            upstream = next((u for u in exchange.route.upstreams if record and u.name == record.upstream), None)
-            if upstream is not None:
-                request.raw_content = build_request(original, upstream).body  # with its own model, if it has one
-            request.headers["Content-Length"] = str(len(request.raw_content or b""))  # a replay sends it whole
-            return
-        request.url = answered
-        self._restore_host_header(request, original)
-
-    @staticmethod
-    def _restore_host_header(request: http.Request, original: OriginalRequest) -> None:
-        original_host = next((v for k, v in original.headers if k.lower() == "host"), None)
-        if original_host is not None:
-            request.headers["Host"] = original_host
-
-    def _annotate(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
-        attempts = [{**record.as_dict(), "url": redact_query(record.url)} for record in exchange.attempts]
-        flow.metadata[METADATA_KEY] = {
-            "route": exchange.route.name,
-            "api": exchange.route.api,
-            "outcome": exchange.outcome,
-            "answered_by": exchange.answered_by,
-            "attempts": attempts,
-            "suppressed_failover": exchange.suppressed_failover,
-        }
-        failed = [r for r in exchange.attempts if r.outcome not in ("committed", "pending")]
-        if failed:
-            self.counters["failed_attempts"] += len(failed)
-            first = failed[0]
-            what = " ".join(str(x) for x in (first.status, first.code, first.message) if x)
-            if exchange.answered_by and exchange.outcome == "committed":
-                self.counters["fallbacks"] += 1
-                flow.comment = f"{first.upstream}: {what} before output → {exchange.answered_by} answered"
-                flow.marked = ":arrows_counterclockwise:"
-            else:
-                flow.comment = f"{first.upstream}: {what}; {exchange.outcome}"
-        if exchange.suppressed_failover:
-            self.counters["suppressed_failovers"] += 1
-            flow.marked = flow.marked or ":warning:"
-        self.counters["attempts"] += len(exchange.attempts)
-
-    def _show_attempts(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
-        """In mitmweb and the console, each failed attempt becomes a flow of its own."""
-        view = ctx.master.addons.get("view")
-        if view is None:
-            return  # mitmdump: the log lines tell the story
-        flows = []
-        for record in exchange.attempts:
-            if record.outcome in ("committed", "pending"):
-                continue
-            try:
-                flows.append(attempt_flow(flow, exchange, record))
-            except ValueError as exc:  # display only
-                observe.emit(logging.WARNING, "switchyard.display_failed", route=exchange.route.name, error=str(exc))
-        if flows:
-            view.add(flows)
+            restore(flow, exchange)
+            annotate(flow, exchange, self.counters)
+            show_attempts(flow, exchange)
 
     # --- commands -------------------------------------------------------------
 
@@ -394,29 +284,6 @@ class LastInLine:
         router = self.router if self.router in _RUNNING else (_RUNNING[-1] if _RUNNING else None)
         if router is not None:  # None: the script was unloaded while the flow was held
             await router.route(flow)
-
-
-def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord) -> http.HTTPFlow:
-    """A failed attempt as a flow: credentials redacted, no request body, what came back."""
-    url = redact_query(record.url)
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    headers = Headers([(name.encode(), value.encode()) for name, value in record.shown_request_headers()])
-    request = http.Request.make(exchange.request.method, url, b"", headers)
-    request.timestamp_start = request.timestamp_end = flow.request.timestamp_start
-    attempt = http.HTTPFlow(flow.client_conn, connection.Server(address=(parts.hostname or "", port)))
-    attempt.request = request
-    if record.answer is not None:
-        status, answer_headers, body = record.answer
-        attempt.response = http.Response.make(status, body, Headers([(k.encode(), v.encode()) for k, v in answer_headers]))
-    else:
-        attempt.error = mitmflow.Error(record.message or record.outcome)
-    attempt.metadata[METADATA_KEY] = {"attempt_of": flow.id, "route": exchange.route.name, "api": exchange.route.api,
-                                      **record.as_dict(), "url": url}
-    what = " ".join(str(x) for x in (record.status, record.code, record.message) if x)
-    attempt.comment = f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; request body omitted"
-    attempt.marked = ":red_circle:"
-    return attempt
 
 
 def _report_start_failure(task: "asyncio.Task[Relay]") -> None:

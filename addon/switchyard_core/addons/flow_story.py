@@ -1,0 +1,153 @@
+"""What mitmweb shows of a routed flow: the truth, never the relay.
+
+The flow is put back to the upstream that answered (or the client's own
+request), with its story in metadata, a comment and a mark; each failed attempt
+becomes a flow of its own, credentials redacted.  Display only: nothing here
+may cost the client its answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from urllib.parse import urlsplit
+
+from mitmproxy import connection, ctx, http
+from mitmproxy import flow as mitmflow
+from mitmproxy.http import Headers
+
+from .. import observe
+from ..observe import METADATA_KEY
+from ..relay import TOKEN_HEADER, AttemptRecord, Exchange, OriginalRequest
+from ..relay.upstream import build_request, is_cross_origin, redact_query
+
+DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer kept for mitmweb
+
+
+class DisplayCopy:
+    """A stream callback that passes bytes through and keeps a bounded copy."""
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.size = 0
+
+    def __call__(self, data: bytes) -> bytes:
+        if self.size < DISPLAY_LIMIT:
+            self.chunks.append(data)
+            self.size += len(data)
+        return data
+
+
+def restore(flow: http.HTTPFlow, exchange: Exchange) -> None:
+    """Display only: a failure here must never cost the client its answer."""
+    try:
+        _show_answering_upstream(flow, exchange)
+    except ValueError as exc:
+        observe.emit(logging.WARNING, "switchyard.display_failed", route=exchange.route.name, error=str(exc))
+
+def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange) -> None:
+    """Show the upstream that answered (or the original) instead of the relay.
+
+    When that upstream is on another origin, the flow also shows the headers
+    it was sent, credentials redacted: a flow that paired the client's key
+    with another origin's URL would leak it on replay.
+    """
+    request = flow.request
+    original = exchange.request
+    answered = exchange.answered_url or original.url
+    if exchange.shown_url == answered:
+        return  # already shown (responseheaders, then response)
+    exchange.shown_url = answered
+    request.headers.pop(TOKEN_HEADER, None)
+    if answered == original.url and exchange.flow_address is not None:
+        # the original destination answered (the common case): put back the fields
+        # the request hook changed, as they were (cheaper than parsing the URL again)
+        data = request.data
+        data.scheme, data.host, data.port, data.authority = exchange.flow_address
+        _restore_host_header(request, original)
+        return
+    if is_cross_origin(answered, original.url):
+        record = next((r for r in reversed(exchange.attempts) if r.url == answered), None)
+        shown = [("Host", urlsplit(answered).netloc), *(record.shown_request_headers() if record else [])]
+        request.headers = Headers([(k.encode(), v.encode()) for k, v in shown])
+        request.url = answered
+        upstream = next((u for u in exchange.route.upstreams if record and u.name == record.upstream), None)
+        if upstream is not None:
+            request.raw_content = build_request(original, upstream).body  # with its own model, if it has one
+        request.headers["Content-Length"] = str(len(request.raw_content or b""))  # a replay sends it whole
+        return
+    request.url = answered
+    _restore_host_header(request, original)
+
+def _restore_host_header(request: http.Request, original: OriginalRequest) -> None:
+    original_host = next((v for k, v in original.headers if k.lower() == "host"), None)
+    if original_host is not None:
+        request.headers["Host"] = original_host
+
+def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) -> None:
+    """The flow's story (metadata), a comment and a mark for mitmweb; the status counters."""
+    attempts = [{**record.as_dict(), "url": redact_query(record.url)} for record in exchange.attempts]
+    flow.metadata[METADATA_KEY] = {
+        "route": exchange.route.name,
+        "api": exchange.route.api,
+        "outcome": exchange.outcome,
+        "answered_by": exchange.answered_by,
+        "attempts": attempts,
+        "suppressed_failover": exchange.suppressed_failover,
+    }
+    failed = [r for r in exchange.attempts if r.outcome not in ("committed", "pending")]
+    if failed:
+        counters["failed_attempts"] += len(failed)
+        first = failed[0]
+        what = " ".join(str(x) for x in (first.status, first.code, first.message) if x)
+        if exchange.answered_by and exchange.outcome == "committed":
+            counters["fallbacks"] += 1
+            flow.comment = f"{first.upstream}: {what} before output → {exchange.answered_by} answered"
+            flow.marked = ":arrows_counterclockwise:"
+        else:
+            flow.comment = f"{first.upstream}: {what}; {exchange.outcome}"
+    if exchange.suppressed_failover:
+        counters["suppressed_failovers"] += 1
+        flow.marked = flow.marked or ":warning:"
+    counters["attempts"] += len(exchange.attempts)
+
+def show_attempts(flow: http.HTTPFlow, exchange: Exchange) -> None:
+    """In mitmweb and the console, each failed attempt becomes a flow of its own."""
+    view = ctx.master.addons.get("view")
+    if view is None:
+        return  # mitmdump: the log lines tell the story
+    flows = []
+    for record in exchange.attempts:
+        if record.outcome in ("committed", "pending"):
+            continue
+        try:
+            flows.append(attempt_flow(flow, exchange, record))
+        except ValueError as exc:  # display only
+            observe.emit(logging.WARNING, "switchyard.display_failed", route=exchange.route.name, error=str(exc))
+    if flows:
+        view.add(flows)
+
+
+def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord) -> http.HTTPFlow:
+    """A failed attempt as a flow: credentials redacted, no request body, what came back."""
+    url = redact_query(record.url)
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    headers = Headers([(name.encode(), value.encode()) for name, value in record.shown_request_headers()])
+    request = http.Request.make(exchange.request.method, url, b"", headers)
+    request.timestamp_start = request.timestamp_end = flow.request.timestamp_start
+    attempt = http.HTTPFlow(flow.client_conn, connection.Server(address=(parts.hostname or "", port)))
+    attempt.request = request
+    if record.answer is not None:
+        status, answer_headers, body = record.answer
+        attempt.response = http.Response.make(status, body, Headers([(k.encode(), v.encode()) for k, v in answer_headers]))
+    else:
+        attempt.error = mitmflow.Error(record.message or record.outcome)
+    attempt.metadata[METADATA_KEY] = {"attempt_of": flow.id, "route": exchange.route.name, "api": exchange.route.api,
+                                      **record.as_dict(), "url": url}
+    what = " ".join(str(x) for x in (record.status, record.code, record.message) if x)
+    attempt.comment = f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; request body omitted"
+    attempt.marked = ":red_circle:"
+    return attempt
