@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,16 @@ def chat_flow(host: str = "api.openai.com", path: str = "/v1/chat/completions", 
     return flow
 
 
+@contextmanager
+def routing(rules_file: Path) -> Iterator[Router]:
+    """A Router in a mitmproxy test context, with these rules loaded."""
+    keeper = RulesKeeper()
+    router = Router(keeper)
+    with taddons.context(keeper, router) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(rules_file))
+        yield router
+
+
 @pytest.fixture
 def rules_file(tmp_path: Path) -> Path:
     path = tmp_path / "rules.yaml"
@@ -47,10 +59,7 @@ def rules_file(tmp_path: Path) -> Path:
 
 
 async def test_matching_flow_is_re_aimed_at_the_relay_with_a_single_use_token(rules_file: Path) -> None:
-    keeper = RulesKeeper()
-    router = Router(keeper)
-    with taddons.context(keeper, router) as tctx:
-        tctx.configure(keeper, switchyard_rules=str(rules_file))
+    with routing(rules_file) as router:
         flow = chat_flow()
         await router.route(flow)
         assert router.relay is not None and router.relay.port
@@ -74,10 +83,7 @@ async def test_matching_flow_is_re_aimed_at_the_relay_with_a_single_use_token(ru
 async def test_the_answered_flow_shows_the_request_exactly_as_the_client_sent_it(rules_file: Path, authority: str) -> None:
     """When the original destination answered, the flow is put back field for field
     (scheme, host, port, authority, headers): a replay sends what the client sent."""
-    keeper = RulesKeeper()
-    router = Router(keeper)
-    with taddons.context(keeper, router) as tctx:
-        tctx.configure(keeper, switchyard_rules=str(rules_file))
+    with routing(rules_file) as router:
         flow = chat_flow()
         flow.request.authority = authority
         before = flow.request.get_state()
@@ -94,10 +100,7 @@ async def test_the_answered_flow_shows_the_request_exactly_as_the_client_sent_it
 async def test_a_flow_bound_for_an_upstream_proxy_gets_a_direct_connection_to_the_relay(rules_file: Path) -> None:
     """In upstream-proxy mode the flow's server connection names the proxy: the
     relay is on loopback, and must not be asked for through that proxy."""
-    keeper = RulesKeeper()
-    router = Router(keeper)
-    with taddons.context(keeper, router) as tctx:
-        tctx.configure(keeper, switchyard_rules=str(rules_file))
+    with routing(rules_file) as router:
         flow = chat_flow()
         flow.server_conn.via = ("http", ("proxy.internal", 3128))
         await router.route(flow)
@@ -111,10 +114,7 @@ async def test_a_flow_bound_for_an_upstream_proxy_gets_a_direct_connection_to_th
 async def test_only_http1_flows_get_a_provisional_head(rules_file: Path, http_version: str, provisional: bool) -> None:
     """While the Router's hook waits for the real head, mitmproxy queues the flow's
     events: an HTTP/2 stream reset would wait too, and the upstream would go on."""
-    keeper = RulesKeeper()
-    router = Router(keeper)
-    with taddons.context(keeper, router) as tctx:
-        tctx.configure(keeper, switchyard_rules=str(rules_file))
+    with routing(rules_file) as router:
         flow = chat_flow()
         flow.request.http_version = http_version
         await router.route(flow)
@@ -128,10 +128,7 @@ async def test_only_http1_flows_get_a_provisional_head(rules_file: Path, http_ve
     ids=["other-host", "other-path", "other-model"],
 )
 async def test_flows_that_match_no_route_are_not_touched(rules_file: Path, flow_args: dict[str, str]) -> None:
-    keeper = RulesKeeper()
-    router = Router(keeper)
-    with taddons.context(keeper, router) as tctx:
-        tctx.configure(keeper, switchyard_rules=str(rules_file))
+    with routing(rules_file) as router:
         flow = chat_flow(**flow_args)
         before = flow.request.get_state()
         server_conn = flow.server_conn
@@ -146,10 +143,7 @@ async def test_flows_that_match_no_route_are_not_touched(rules_file: Path, flow_
 async def test_relay_refuses_requests_without_a_token_it_issued(rules_file: Path) -> None:
     import aiohttp
 
-    keeper = RulesKeeper()
-    router = Router(keeper)
-    with taddons.context(keeper, router) as tctx:
-        tctx.configure(keeper, switchyard_rules=str(rules_file))
+    with routing(rules_file) as router:
         flow = chat_flow()
         await router.route(flow)
         assert router.relay is not None
@@ -194,11 +188,8 @@ def test_a_broken_edit_keeps_the_last_good_rules(rules_file: Path, tmp_path: Pat
 
 
 def test_status_command_lists_routes_upstreams_and_credentials(rules_file: Path) -> None:
-    keeper = RulesKeeper()
-    router = Router(keeper)
-    with taddons.context(keeper, router) as tctx:
-        tctx.configure(keeper, switchyard_rules=str(rules_file))
-        text = tctx.command(router.status)
+    with routing(rules_file) as router:
+        text = router.status()
         assert "route chat (openai-chat)" in text
         assert "upstream openai: original destination; client's credentials; retries=1" in text
         assert "upstream backup: https://backup.example.com/v1/chat/completions; own auth set; retries=1" in text
