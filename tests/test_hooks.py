@@ -200,10 +200,24 @@ def test_status_command_lists_routes_upstreams_and_credentials(rules_file: Path)
 # --- the flow view: what mitmweb and the console show -------------------------------------
 
 
-async def test_flow_view_shows_the_story_and_each_failed_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The relay runs for real against a loopback provider; the test plays mitmproxy's part
-    of sending the re-aimed request to the relay and handing back its answer."""
+async def play(router: Router, flow: tflow.HTTPFlow) -> bytes:
+    """mitmproxy's part, played by the test: the hooks in order, the re-aimed request
+    sent to the relay, its answer handed back.  Returns the body the client got."""
     import aiohttp
+
+    await router.route(flow)
+    async with aiohttp.ClientSession() as session:
+        async with session.post(flow.request.url, headers=dict(flow.request.headers), data=flow.request.content) as answer:
+            body = await answer.read()
+            flow.response = Response.make(answer.status, b"", [(k.encode(), v.encode()) for k, v in answer.headers.items()])
+    await router.responseheaders(flow)
+    flow.response.content = body
+    router.response(flow)
+    return body
+
+
+async def test_flow_view_shows_the_story_and_each_failed_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relay runs for real against a loopback provider; the test plays mitmproxy's part."""
     from mitmproxy.addons.view import View
 
     from tests.support import wire
@@ -236,14 +250,7 @@ routes:
             flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions?key=sk-query-SECRET-55")
             flow.request.scheme, flow.request.port = "http", provider.ports[0]
             view.add([flow])
-            await router.route(flow)
-            async with aiohttp.ClientSession() as session:
-                async with session.post(flow.request.url, headers=dict(flow.request.headers), data=flow.request.content) as answer:
-                    body = await answer.read()
-                    flow.response = Response.make(answer.status, b"", [(k.encode(), v.encode()) for k, v in answer.headers.items()])
-            await router.responseheaders(flow)
-            flow.response.content = body
-            router.response(flow)
+            body = await play(router, flow)
 
             assert body == b"".join(wire.chat_stream(wire.answer_text("backup")))
             assert flow.request.url == f"http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions"
@@ -283,6 +290,36 @@ routes:
             router.done()
     finally:
         provider.stop()
+
+
+async def test_a_failure_after_output_is_in_the_flows_comment_and_story(tmp_path: Path) -> None:
+    """Forwarded, never replayed: the flow says what the upstream reported after its
+    output, not only the log line."""
+    from tests.support import wire
+    from tests.support.fake_provider import FakeProvider, Reply
+
+    provider = FakeProvider().start()
+    try:
+        rules = tmp_path / "rules.yaml"
+        rules.write_text("version: 1\nroutes:\n  - name: chat\n    match: {path: /primary/v1/chat/completions}\n"
+                         "    upstreams:\n      - {name: primary, url: original}\n")
+        started = [wire.CHAT_ROLE, wire.chat_chunk({"content": "Hel"})]
+        provider.script("primary", Reply.sse(*started, wire.chat_error(503, "provider overloaded")))
+        with routing(rules) as router:
+            flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions")
+            flow.request.scheme, flow.request.port = "http", provider.ports[0]
+            body = await play(router, flow)
+            router.done()
+    finally:
+        provider.stop()
+    assert body.startswith(b"".join(started))
+    assert [c.upstream for c in provider.calls] == ["primary"]
+    assert flow.marked == ":warning:"
+    assert flow.comment == "primary: 503 provider overloaded after output: forwarded, never replayed"
+    story = flow.metadata["switchyard"]
+    assert story["suppressed_failover"] is True
+    assert [(a["outcome"], a["status"], a["code"], a["message"], a["event_type"]) for a in story["attempts"]] == [
+        ("committed", 503, None, "provider overloaded", "chunk")]
 
 
 def test_content_view_lists_frames_with_their_classification() -> None:

@@ -111,6 +111,11 @@ def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) ->
     if exchange.suppressed_failover:
         counters["suppressed_failovers"] += 1
         flow.marked = flow.marked or ":warning:"
+        last = next((r for r in reversed(exchange.attempts) if r.outcome == "committed"), None)
+        if last is not None:
+            what = " ".join(str(x) for x in (last.status, last.code, last.message) if x)
+            note = f"{last.upstream}: {what} after output: forwarded, never replayed"
+            flow.comment = f"{flow.comment}; then {note}" if flow.comment else note
     counters["attempts"] += len(exchange.attempts)
 
 def show_attempts(flow: http.HTTPFlow, exchange: Exchange) -> None:

@@ -388,9 +388,16 @@ class AttemptLoop:
             self.client.write(step.emit)
 
     def _suppressed(self, step: GateStep, attempt: _Try) -> None:
+        record = attempt.record
         for failure in step.failures_after_output:
+            if not self.exchange.suppressed_failover:  # the first one is the attempt's story
+                info = failure.error
+                record.event_type = failure.event_type
+                if info is not None:
+                    record.status, record.code, record.message = info.status, info.code or info.type, \
+                        self.log.redact(info.message)
             self.exchange.suppressed_failover = True
-            self.log.suppressed(attempt.record, failure.error, failure.event_type)
+            self.log.suppressed(record, failure.error, failure.event_type)
 
     async def _pass_rest(self, answer: Answer) -> None:
         """The rest of an answer forwarded as sent; if it breaks or stalls, so does the
