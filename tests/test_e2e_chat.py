@@ -221,12 +221,16 @@ def test_an_error_body_that_breaks_off_reaches_the_client_broken_off(env: Env) -
 
 def test_retry_after_is_honoured_on_the_same_upstream(env: Env) -> None:
     env.provider.script("primary", Reply.json(429, {"error": {"message": "rate limited", "type": "rate_limit_error"}}, headers={"retry-after-ms": "200"}))
+    mark = env.mitm.log_mark()
     started = time.monotonic()
     result = env.curl(chat_url(env), env.chat_body())
     elapsed = time.monotonic() - started
     assert result.body == PRIMARY_BYTES
     assert [c.upstream for c in env.provider.calls] == ["primary", "primary"]
     assert elapsed >= 0.2  # waited at least what the upstream asked for (a lower bound only)
+    # the same upstream answered its retry: not a fallback
+    assert "switchyard.retry_answered route=chat upstream=primary attempt=2" in env.mitm.wait_for_log(
+        "switchyard.retry_answered", mark)
 
 
 def test_retry_after_longer_than_max_backoff_moves_on(env: Env) -> None:

@@ -53,7 +53,10 @@ class AttemptLog:
 
     def committed(self, record: AttemptRecord, first_event: str) -> None:
         if len(self.exchange.attempts) > 1:
-            observe.emit(logging.INFO, "switchyard.fallback_answered", **self.fields(record), first_event=first_event)
+            # the same upstream again (`retries`), or the next one
+            same = all(earlier.upstream == record.upstream for earlier in self.exchange.attempts)
+            event = "switchyard.retry_answered" if same else "switchyard.fallback_answered"
+            observe.emit(logging.INFO, event, **self.fields(record), first_event=first_event)
         else:
             # the first answer's plain success: logged when the exchange ends, not now.
             # Now is the first token's moment, and a log line (its formatting, the
