@@ -51,6 +51,13 @@ class Reply:
 NORMAL = Reply(status=200)  # scripted "answer normally", for mixing with failures
 
 
+def _wants_stream(body: bytes) -> bool:
+    try:
+        return json.loads(body).get("stream") is True
+    except (ValueError, AttributeError):
+        return True  # not a JSON object: answer as most tests ask, streaming
+
+
 def _nonce(body: bytes) -> str | None:
     try:
         metadata = json.loads(body).get("metadata") or {}
@@ -116,7 +123,7 @@ class FakeProvider:
             queue = self._scripts.get(upstream)
             reply = queue.popleft() if queue else None
         if reply is None or reply is NORMAL:
-            reply = wire.normal_reply("/" + rest, upstream, _nonce(body))
+            reply = wire.normal_reply("/" + rest, upstream, _nonce(body), stream=_wants_stream(body))
         try:
             return await self._play(request, reply)
         except asyncio.CancelledError:

@@ -129,7 +129,24 @@ def normal_frames(path: str, upstream: str, nonce: str | None = None) -> list[by
     return chat_stream(text)
 
 
-def normal_reply(path: str, upstream: str, nonce: str | None = None) -> "Reply":
+def normal_body(path: str, upstream: str, nonce: str | None = None) -> dict:
+    """The normal answer to a request without `"stream": true`, in the API's shape."""
+    text = answer_text(upstream, nonce)
+    if path.endswith("/responses"):
+        item = {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "annotations": [], "text": text}]}
+        return {"id": "resp_1", "object": "response", "created_at": 1761565462, "model": "gpt-4o", "status": "completed",
+                "output": [item], "usage": {"input_tokens": 5, "output_tokens": 5, "total_tokens": 10}}
+    if path.endswith("/messages"):
+        return {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 5}}
+    return chat_completion(text)
+
+
+def normal_reply(path: str, upstream: str, nonce: str | None = None, *, stream: bool = True) -> "Reply":
     from .fake_provider import Reply
 
+    if not stream:
+        return Reply.json(200, normal_body(path, upstream, nonce))
     return Reply.sse(*normal_frames(path, upstream, nonce))
