@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -88,10 +89,15 @@ def demo_setup(primary_failures: int, *, web: bool) -> Iterator[tuple[ScriptedBy
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt  # a `kill` cleans up as Ctrl-C does: mitmweb stopped, files removed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--web", action="store_true", help="run mitmweb and keep it running")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _interrupt)
     with demo_setup(3, web=args.web) as (provider, dump, _):
         url = provider.url("primary", "/v1/chat/completions")
         try:
