@@ -107,7 +107,7 @@ def test_tls_handshake_failure_is_a_retryable_transport_failure(tls: TlsSetup) -
     assert stream_text(tls.client("tlsfail")) == wire.answer_text("backup")
     log = tls.mitm.wait_for_log("switchyard.fallback_answered", mark)
     assert "upstream=notls attempt=1 phase=connect status=502 event=transport decision=next_upstream" in log
-    assert 'message="TLS handshake failed"' in log
+    assert 'message="TLS handshake failed (WRONG_VERSION_NUMBER)"' in log  # https to a port that speaks plain HTTP
 
 
 def test_upstream_proxy_mode_sends_every_attempt_through_the_upstream_proxy(tmp_path: Path) -> None:

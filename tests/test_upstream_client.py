@@ -22,6 +22,7 @@ import random
 import socket
 import struct
 import zlib
+from pathlib import Path
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
@@ -569,6 +570,27 @@ async def test_tls_handshake_that_never_completes_is_a_connect_timeout(client: U
         assert server.accepts == 1  # TCP connected: it was the handshake that never finished
         async with asyncio.timeout(WAIT_S):
             await dropped.wait()  # and the half-open connection was closed, not leaked
+
+
+async def test_an_untrusted_certificate_is_named_in_the_failure(client: UpstreamClient, tmp_path: Path) -> None:
+    """What a user needs to fix it (a CA to trust), in the attempt's message."""
+    from tests.support.tls import make_tls_files, server_context
+
+    _, cert, key = make_tls_files(tmp_path)
+
+    async def handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(handshake, "127.0.0.1", 0, ssl=server_context(cert, key))
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(OSError) as failed:
+            await open_answer(client, f"https://127.0.0.1:{port}/v1/chat/completions")
+    finally:
+        server.close()
+    assert transport_failure(failed.value).message.startswith("TLS handshake failed: certificate not trusted (")
 
 
 # ---------------------------------------------------------------------------

@@ -251,8 +251,11 @@ def transport_failure(exc: BaseException) -> ErrorInfo:
     Retryable in its own right (DESIGN §3), whatever the route's `retry_on` says."""
     if isinstance(exc, socket.gaierror):
         what = "name does not resolve"
+    elif isinstance(exc, ssl.SSLCertVerificationError):
+        what = f"TLS handshake failed: certificate not trusted ({exc.verify_message or 'verify failed'})"
     elif isinstance(exc, ssl.SSLError | ssl.CertificateError):
-        what = "TLS handshake failed"
+        reason = getattr(exc, "reason", None)  # OpenSSL's own words (WRONG_VERSION_NUMBER: not TLS at all)
+        what = f"TLS handshake failed ({reason})" if reason else "TLS handshake failed"
     elif isinstance(exc, ConnectionResetError | BrokenPipeError):
         what = "connection reset"
     elif isinstance(exc, ConnectionBroke):
