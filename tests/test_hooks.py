@@ -335,13 +335,44 @@ def test_content_view_lists_frames_with_their_classification() -> None:
     flow.response.content = data
     view = SwitchyardSseContentview()
     contentviews.add(view)
-    result = contentviews.prettify_message(flow.response, flow)
+    with taddons.context():  # mitmproxy's content views read its options
+        result = contentviews.prettify_message(flow.response, flow)
     assert result.view_name == "Switchyard SSE"
     lines = result.text.splitlines()
     assert lines[0] == "switchyard: openai-chat stream, 5 frames, first output at frame 3"
     kinds = [line.split()[1:3] for line in lines if line.startswith("#")]
     assert kinds == [["keepalive"], ["lifecycle"], ["output", "▶"], ["failure", "retryable"], ["terminal"]]
     assert "status=503 message=late" in result.text
+
+
+def test_content_view_leads_with_the_flows_story() -> None:
+    """mitmweb 12 shows no metadata: the view of a routed stream says what happened."""
+    from mitmproxy import contentviews
+
+    from switchyard_core.addons.sse_view import SwitchyardSseContentview
+    from tests.support import wire
+
+    flow = tflow.tflow(resp=True)
+    flow.request.path = "/v1/chat/completions"
+    flow.response.headers["content-type"] = "text/event-stream"
+    flow.response.content = b"".join(wire.chat_stream("Hi"))
+    flow.metadata["switchyard"] = {
+        "route": "openai-chat", "api": "openai-chat", "outcome": "committed", "answered_by": "backup",
+        "suppressed_failover": False, "attempts": [
+            {"attempt": 1, "upstream": "openai", "outcome": "next_upstream", "phase": "staging", "status": 503,
+             "code": None, "message": "provider overloaded", "duration_s": 0.012},
+            {"attempt": 2, "upstream": "backup", "outcome": "committed", "phase": "output", "status": 200,
+             "code": None, "message": None, "duration_s": 0.3}]}
+    contentviews.add(SwitchyardSseContentview())
+    with taddons.context():  # mitmproxy's content views read its options
+        lines = contentviews.prettify_message(flow.response, flow).text.splitlines()
+    assert lines[:4] == [
+        "switchyard: route openai-chat, committed, answered by backup",
+        "  attempt 1 openai: next_upstream (staging in 0.012s): 503 provider overloaded",
+        "  attempt 2 backup: committed (output in 0.3s): 200",
+        "",
+    ]
+    assert lines[4].startswith("switchyard: openai-chat stream,")
 
 
 async def test_an_intercepted_flow_is_routed_once_resumed_as_edited_and_a_killed_one_never(rules_file: Path) -> None:

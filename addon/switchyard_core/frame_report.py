@@ -8,6 +8,7 @@ each failure was worth.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .protocols import APIS, Decision, ErrorPolicy, FrameKind
 from .sse import FrameSplitter
@@ -50,13 +51,32 @@ def frame_rows(data: bytes, api: str) -> list[FrameRow]:
     return rows
 
 
-def render(data: bytes, api: str) -> str:
+def story_lines(story: dict[str, Any]) -> list[str]:
+    """A routed flow's story (its `switchyard` metadata) as text: mitmweb 12 shows no
+    metadata, so the content view leads with it."""
+    if "outcome" not in story:
+        return []
+    head = f"switchyard: route {story.get('route')}, {story.get('outcome')}"
+    if story.get("answered_by"):
+        head += f", answered by {story['answered_by']}"
+    if story.get("suppressed_failover"):
+        head += ", a failure after output forwarded (never replayed)"
+    lines = [head]
+    for attempt in story.get("attempts") or []:
+        what = " ".join(str(attempt[k]) for k in ("status", "code", "message") if attempt.get(k))
+        took = f" in {attempt['duration_s']:g}s" if isinstance(attempt.get("duration_s"), int | float) else ""
+        lines.append(f"  attempt {attempt.get('attempt')} {attempt.get('upstream')}: {attempt.get('outcome')} "
+                     f"({attempt.get('phase')}{took}){': ' + what if what else ''}")
+    return lines + [""]
+
+
+def render(data: bytes, api: str, story: dict[str, Any] | None = None) -> str:
     rows = frame_rows(data, api)
     commit_at = next((row.index for row in rows if row.commit), None)
     head = f"switchyard: {api} stream, {len(rows)} frames, " + (
         f"first output at frame {commit_at}" if commit_at else "no output"
     )
-    lines = [head, ""]
+    lines = [*(story_lines(story) if story else []), head, ""]
     for row in rows:
         marker = "▶ commit" if row.commit else ""
         lines.append(f"#{row.index:<4} {row.kind:<24} {marker:<9} {row.detail}".rstrip())

@@ -16,7 +16,9 @@ class SwitchyardSseContentview(Contentview):
         return "Switchyard SSE"
 
     def prettify(self, data: bytes, metadata: Metadata) -> str:
-        return render(data, _api_of(metadata))
+        flow = metadata.flow
+        story = flow.metadata.get(METADATA_KEY) if isinstance(flow, http.HTTPFlow) else None
+        return render(data, _api_of(metadata), story if isinstance(story, dict) else None)
 
     def render_priority(self, data: bytes, metadata: Metadata) -> float:
         content_type = (metadata.content_type or "").lower()
