@@ -438,3 +438,15 @@ async def test_a_flow_held_across_a_script_reload_is_routed_by_the_new_router(ru
         assert new.relay is not None and flow.request.port == new.relay.port
         assert old.relay is None  # no relay started for a Router that is gone
         new.done()
+
+
+@pytest.mark.parametrize("story", [{"outcome": "committed", "attempts": "?"}, {"outcome": 1, "attempts": [None, 3]},
+                                   {"outcome": "committed", "attempts": [{"duration_s": "x", "status": {}}]}])
+def test_content_view_never_fails_on_odd_metadata(story: dict) -> None:
+    """Metadata is anyone's to edit (other addons, flow files): a view that raised
+    would leave mitmweb without a view of the body."""
+    from switchyard_core.frame_report import render
+    from tests.support import wire
+
+    text = render(b"".join(wire.chat_stream("Hi")), "openai-chat", story)
+    assert "switchyard: openai-chat stream," in text

@@ -62,7 +62,10 @@ def story_lines(story: dict[str, Any]) -> list[str]:
     if story.get("suppressed_failover"):
         head += ", a failure after output forwarded (never replayed)"
     lines = [head]
-    for attempt in story.get("attempts") or []:
+    attempts = story.get("attempts")
+    for attempt in attempts if isinstance(attempts, list) else []:
+        if not isinstance(attempt, dict):
+            continue  # metadata another addon or a hand-edited flow file changed: show what makes sense
         what = " ".join(str(attempt[k]) for k in ("status", "code", "message") if attempt.get(k))
         took = f" in {attempt['duration_s']:g}s" if isinstance(attempt.get("duration_s"), int | float) else ""
         lines.append(f"  attempt {attempt.get('attempt')} {attempt.get('upstream')}: {attempt.get('outcome')} "
