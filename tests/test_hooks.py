@@ -441,12 +441,23 @@ async def test_a_flow_held_across_a_script_reload_is_routed_by_the_new_router(ru
 
 
 @pytest.mark.parametrize("story", [{"outcome": "committed", "attempts": "?"}, {"outcome": 1, "attempts": [None, 3]},
-                                   {"outcome": "committed", "attempts": [{"duration_s": "x", "status": {}}]}])
+                                   {"outcome": "committed", "attempts": [{"duration_s": "x", "status": {}}]},
+                                   {"outcome": "committed", "attempts": [{"duration_s": 10 ** 400}]},
+                                   {"outcome": "committed", "api": "no-such-api"}])
 def test_content_view_never_fails_on_odd_metadata(story: dict) -> None:
     """Metadata is anyone's to edit (other addons, flow files): a view that raised
     would leave mitmweb without a view of the body."""
-    from switchyard_core.frame_report import render
+    from mitmproxy import contentviews
+
+    from switchyard_core.addons.sse_view import SwitchyardSseContentview
     from tests.support import wire
 
-    text = render(b"".join(wire.chat_stream("Hi")), "openai-chat", story)
-    assert "switchyard: openai-chat stream," in text
+    flow = tflow.tflow(resp=True)
+    flow.request.path = "/v1/chat/completions"
+    flow.response.headers["content-type"] = "text/event-stream"
+    flow.response.content = b"".join(wire.chat_stream("Hi"))
+    flow.metadata["switchyard"] = story
+    contentviews.add(SwitchyardSseContentview())
+    with taddons.context():
+        result = contentviews.prettify_message(flow.response, flow, view_name="Switchyard SSE")
+    assert "switchyard: openai-chat stream," in result.text

@@ -79,7 +79,11 @@ def render(data: bytes, api: str, story: dict[str, Any] | None = None) -> str:
     head = f"switchyard: {api} stream, {len(rows)} frames, " + (
         f"first output at frame {commit_at}" if commit_at else "no output"
     )
-    lines = [*(story_lines(story) if story else []), head, ""]
+    try:
+        told = story_lines(story) if story else []
+    except Exception:  # metadata is anyone's to edit: a view that raised would show nothing at all
+        told = []
+    lines = [*told, head, ""]
     for row in rows:
         marker = "▶ commit" if row.commit else ""
         lines.append(f"#{row.index:<4} {row.kind:<24} {marker:<9} {row.detail}".rstrip())

@@ -7,7 +7,7 @@ from mitmproxy.contentviews import Contentview, Metadata
 
 from ..frame_report import render
 from ..observe import METADATA_KEY
-from ..protocols import api_for_path
+from ..protocols import APIS, api_for_path
 
 
 class SwitchyardSseContentview(Contentview):
@@ -29,7 +29,7 @@ def _api_of(metadata: Metadata) -> str:
     flow = metadata.flow
     if isinstance(flow, http.HTTPFlow):
         story = flow.metadata.get(METADATA_KEY)
-        if isinstance(story, dict) and story.get("api"):
+        if isinstance(story, dict) and story.get("api") in APIS:
             return str(story["api"])
         found = api_for_path(flow.request.path)
         if found:

@@ -245,11 +245,9 @@ class UpstreamConnection(asyncio.Protocol):
     def send(self, head: bytes, body: bytes, method: str) -> asyncio.Future[UpstreamAnswer]:
         assert self.transport is not None
         self._parser = parser = httptools.HttpResponseParser(self)
-        # as forgiving as mitmproxy's own reader, on this side only (smuggling needs a
-        # server that trusts us to frame requests; this parses a server's answers):
-        # bare-LF line ends in the head, spaces after a chunk size, a Content-Length beside chunked
-        parser.set_dangerous_leniencies(lenient_optional_cr_before_lf=True, lenient_spaces_after_chunk_size=True,
-                                        lenient_chunked_length=True)
+        # as forgiving as mitmproxy's own reader, and no more: bare-LF line ends in the
+        # head, spaces after a chunk size (a Content-Length beside chunked it refuses too)
+        parser.set_dangerous_leniencies(lenient_optional_cr_before_lf=True, lenient_spaces_after_chunk_size=True)
         self._method = method
         self._headers = []
         self._pieces = []
