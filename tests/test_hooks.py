@@ -200,12 +200,15 @@ def test_status_command_lists_routes_upstreams_and_credentials(rules_file: Path)
 # --- the flow view: what mitmweb and the console show -------------------------------------
 
 
-async def play(router: Router, flow: tflow.HTTPFlow) -> bytes:
+async def play(router: Router, flow: tflow.HTTPFlow, *, reload_after_routing: bool = False) -> bytes:
     """mitmproxy's part, played by the test: the hooks in order, the re-aimed request
-    sent to the relay, its answer handed back.  Returns the body the client got."""
+    sent to the relay, its answer handed back.  Returns the body the client got.
+    `reload_after_routing`: the script is reloaded (`done`) before the request reaches the relay."""
     import aiohttp
 
     await router.route(flow)
+    if reload_after_routing:
+        router.done()
     async with aiohttp.ClientSession() as session:
         async with session.post(flow.request.url, headers=dict(flow.request.headers), data=flow.request.content) as answer:
             body = await answer.read()
@@ -461,3 +464,45 @@ def test_content_view_never_fails_on_odd_metadata(story: dict) -> None:
     with taddons.context():
         result = contentviews.prettify_message(flow.response, flow, view_name="Switchyard SSE")
     assert "switchyard: openai-chat stream," in result.text
+
+
+async def test_a_flow_routed_just_before_a_reload_is_still_served_by_the_old_relay(tmp_path: Path) -> None:
+    """Its token was issued, mitmproxy was on its way: the retiring relay waits for it."""
+    from tests.support import wire
+    from tests.support.fake_provider import FakeProvider
+
+    provider = FakeProvider().start()
+    try:
+        rules = tmp_path / "rules.yaml"
+        rules.write_text("version: 1\nroutes:\n  - name: chat\n    match: {path: /primary/v1/chat/completions}\n"
+                         "    upstreams:\n      - {name: primary, url: original}\n")
+        with routing(rules) as router:
+            router.running()
+            flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions")
+            flow.request.scheme, flow.request.port = "http", provider.ports[0]
+            body = await play(router, flow, reload_after_routing=True)
+    finally:
+        provider.stop()
+    assert body == b"".join(wire.chat_stream(wire.answer_text("primary")))
+
+
+async def test_a_reload_while_the_relay_starts_leaves_no_relay_behind(rules_file: Path) -> None:
+    import asyncio
+
+    keeper = RulesKeeper()
+    old, new = Router(keeper), Router(keeper)
+    with taddons.context(keeper, old) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(rules_file))
+        flow = chat_flow()
+        routing_task = asyncio.create_task(old.route(flow))  # the first flow starts the relay
+        await asyncio.sleep(0)
+        started = old.relay
+        assert started is not None and started.port is None  # still starting
+        tctx.master.addons.remove(old)  # the reload, meanwhile
+        tctx.master.addons.add(new)
+        new.running()
+        async with asyncio.timeout(5):
+            await routing_task
+        assert started.stopped and started.port is None  # not left listening with nobody to stop it
+        assert new.relay is not None and flow.request.port == new.relay.port  # the new Router routed it
+        new.done()

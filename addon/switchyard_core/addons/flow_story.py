@@ -114,7 +114,7 @@ def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) ->
         last = next((r for r in reversed(exchange.attempts) if r.outcome == "committed"), None)
         if last is not None:
             what = " ".join(str(x) for x in (last.status, last.code, last.message) if x)
-            note = f"{last.upstream}: {what} after output: forwarded, never replayed"
+            note = f"{last.upstream}: {what or 'a failure'} after output: forwarded, never replayed"
             flow.comment = f"{flow.comment}; then {note}" if flow.comment else note
     counters["attempts"] += len(exchange.attempts)
 

@@ -117,10 +117,11 @@ class Router:
             self.relay = None
 
     async def _ensure_relay(self) -> Relay:
-        if self.relay is None:
-            self.relay = Relay(self._upstream_client())
-        await self.relay.start()
-        return self.relay
+        relay = self.relay
+        if relay is None:
+            relay = self.relay = Relay(self._upstream_client())
+        await relay.start()  # `done` may run meanwhile (a reload): then it is stopped, see `route`
+        return relay
 
     # --- hooks ------------------------------------------------------------------
 
@@ -147,6 +148,11 @@ class Router:
                          reason="request body was streamed (stream_large_bodies); raise that option to route it")
             return
         relay = await self._ensure_relay()
+        if relay.stopped:  # the script was reloaded while the relay started: the new Router routes it
+            successor = _RUNNING[-1] if _RUNNING and _RUNNING[-1] is not self else None
+            if successor is not None:
+                await successor.route(flow)
+            return
         assert relay.port is not None
         original = OriginalRequest.of(
             request.method,

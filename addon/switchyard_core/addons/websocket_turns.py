@@ -268,6 +268,10 @@ class WebSocketTurns:
         rid, kind = _response_ref(message)
         if kind is None:
             kind = _create_type(message) if message.is_text else None
+        stale = conn.draining_turn.stale_ids if conn.draining_turn is not None else set()
+        if rid is not None and rid in stale:
+            message.drop()  # an earlier failed attempt's straggler: neither the silent response nor a new one
+            return True
         if rid is not None and rid != conn.draining:
             if conn.draining == UNNAMED and conn.turn is conn.draining_turn:
                 conn.draining = rid  # no turn since the timeout: this can only be the silent response

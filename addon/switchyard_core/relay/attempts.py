@@ -393,9 +393,10 @@ class AttemptLoop:
             if not self.exchange.suppressed_failover:  # the first one is the attempt's story
                 info = failure.error
                 record.event_type = failure.event_type
-                if info is not None:
-                    record.status, record.code, record.message = info.status, info.code or info.type, \
-                        self.log.redact(info.message)
+                if info is not None:  # only what it says: the answer's own status stands otherwise
+                    record.status = info.status or record.status
+                    record.code = info.code or info.type
+                    record.message = self.log.redact(info.message) if info.message else None
             self.exchange.suppressed_failover = True
             self.log.suppressed(record, failure.error, failure.event_type)
 

@@ -50,6 +50,7 @@ _TOKEN_HEADER = TOKEN_HEADER.encode()
 IDLE_CLOSE_S = 60.0
 REQUEST_READ_S = 30.0
 RETIRE_MAX_S = 600.0  # a retired relay (the script was reloaded) stops by then whatever is in flight
+UNUSED_TOKEN_GRACE_S = 5.0  # ... and waits this long for flows it issued tokens to just before
 
 
 def _nowhere(data: bytes) -> None:
@@ -280,6 +281,7 @@ class Relay:
         self._retired: list[UpstreamClient] = []
         self._starting = asyncio.Lock()
         self._retiring = False
+        self._stopped = False
 
     @property
     def pending(self) -> int:
@@ -316,6 +318,11 @@ class Relay:
 
     def forget(self, token: str) -> None:
         self._pending.pop(token, None)
+        self._stop_if_retired_and_idle()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
 
     async def start(self) -> None:
         async with self._starting:  # the `running` hook's start and a first flow's may overlap
@@ -324,8 +331,12 @@ class Relay:
             loop = asyncio.get_running_loop()
             # a burst of flows opens as many relay connections at once: asyncio's default
             # backlog of 100 would drop the rest's SYNs, and they would retry for seconds
-            self._server = await loop.create_server(lambda: RelayConnection(self), "127.0.0.1", 0, backlog=4096)
-            self.port = self._server.sockets[0].getsockname()[1]
+            server = await loop.create_server(lambda: RelayConnection(self), "127.0.0.1", 0, backlog=4096)
+            if self._stopped:  # stopped while it started (a reload): nobody will ever stop it again
+                server.close()
+                return
+            self._server = server
+            self.port = server.sockets[0].getsockname()[1]
             observe.emit(logging.DEBUG, "switchyard.relay_listening", port=self.port)
 
     def retire(self) -> None:
@@ -334,16 +345,26 @@ class Relay:
         For a reload of the script (synchronous, like `done`): the clients streaming
         through this relay keep their answers, while the next Router's relay takes
         the new flows.  At most RETIRE_MAX_S, in case an exchange never ends."""
-        if self.in_flight == 0:
-            self.stop()
-            return
         self._retiring = True
-        asyncio.get_running_loop().call_later(RETIRE_MAX_S, self.stop)
+        loop = asyncio.get_running_loop()
+        loop.call_later(RETIRE_MAX_S, self.stop)
+        # tokens issued just before the reload whose flows have not reached it yet
+        loop.call_later(UNUSED_TOKEN_GRACE_S, self._drop_unused_tokens)
+        self._stop_if_retired_and_idle()
+
+    def _drop_unused_tokens(self) -> None:
+        self._pending.clear()  # their flows were killed or answered elsewhere
+        self._stop_if_retired_and_idle()
+
+    def _stop_if_retired_and_idle(self) -> None:
+        if self._retiring and not self._stopped and self.in_flight == 0 and not self._pending:
+            self.stop(graceful=True)
 
     def stop(self, graceful: bool = False) -> None:
         """Close everything, at once (synchronous: mitmproxy calls `done` synchronously
         when it reloads the script).  `graceful`: nothing is in flight, and what was
         written is still sent before each connection closes."""
+        self._stopped = True
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
@@ -384,6 +405,6 @@ class Relay:
         finally:
             self.in_flight -= 1
             loop.log.finished()  # once the outcome is known (a client that left, a bug)
-            if self._retiring and self.in_flight == 0:
-                asyncio.get_running_loop().call_soon(self.stop, True)  # after this answer's end is written
+            if self._retiring:
+                asyncio.get_running_loop().call_soon(self._stop_if_retired_and_idle)  # after this answer's end
         sink.end()
