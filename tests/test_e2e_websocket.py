@@ -345,3 +345,25 @@ async def test_a_response_that_timed_out_before_naming_itself_is_still_drained(u
             await assert_nothing_more(ws)
     assert json.loads(timeout_error)["code"] == "upstream_timeout"
     assert second == fresh
+
+
+async def test_a_failed_attempts_straggler_does_not_stop_the_draining_of_a_silent_retry(upstream: WsProvider,
+                                                                                       ws_mitm: Mitmdump) -> None:
+    """The first attempt failed (retried); the retry named itself, then went silent
+    (timed out). A late message of the first attempt is neither the silent response
+    nor a new one: the silent one goes on being dropped, and turn 2 gets its own."""
+    first_attempt = overload_turn("resp_A")  # created, error, response.failed
+    retry = answer_turn("resp_B", text="LATE ANSWER")
+    fresh = answer_turn("resp_two", text="FRESH ANSWER")
+    upstream.script(first_attempt[:2], [retry[0], 1.2, first_attempt[2], 0.3, *retry[1:]], fresh)
+    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("slow one"))
+            held, timeout_error = (await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data
+            await ws.send_str(create("again"))
+            second = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert held == retry[0]  # what was held of the retry, then the timeout
+    assert json.loads(timeout_error)["code"] == "upstream_timeout"
+    assert second == fresh

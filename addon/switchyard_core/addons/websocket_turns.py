@@ -372,6 +372,7 @@ class WebSocketTurns:
         elif timed_out:
             self._inject_to_client(conn, error_event_payload(f"switchyard: {info.message}", "upstream_timeout"), True)
             turn.discarding = True  # the rest of the silent response, if it ever comes, is dropped
+            turn.failure = None  # an earlier attempt's, replaced by the retry that went silent: told already
             # ... even once the client has started another turn
             conn.draining, conn.draining_turn = (turn.response_id or UNNAMED), turn
 
