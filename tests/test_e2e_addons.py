@@ -10,7 +10,6 @@ the end of the chain instead (`LastInLine`).  Each test runs its own mitmdump
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 import urllib.request
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 from mitmproxy import io
 
-from tests.conftest import CLIENT_SECRET, CurlResult
+from tests.conftest import CurlResult, Env
 from tests.support import wire
 from tests.support.fake_provider import FakeProvider
 from tests.support.mitm import Mitmdump, free_port, start_mitmdump
@@ -51,12 +50,9 @@ def body() -> bytes:
                        "messages": [{"role": "user", "content": "say hello MARK-A"}]}).encode()
 
 
-def curl(mitm: Mitmdump, url: str, data: bytes) -> CurlResult:
-    args = ["curl", "-sS", "-N", "-D", "-", "--max-time", "20", "-X", "POST", "--data-binary", "@-",
-            "-H", "Content-Type: application/json", "-H", f"Authorization: Bearer {CLIENT_SECRET}",
-            "-x", mitm.proxy_url, "--noproxy", "", url]
-    done = subprocess.run(args, input=data, capture_output=True, timeout=30)
-    return CurlResult.parse(done.stdout, done.returncode, done.stderr)
+def ask_primary(mitm: Mitmdump, provider: FakeProvider) -> CurlResult:
+    """The routed request, with curl (conftest's `Env.curl`) through this test's own mitmdump."""
+    return Env(provider, mitm, Path(mitm.log_path).parent).curl(primary_url(provider), body())
 
 
 def start(tmp_path: Path, provider: FakeProvider, args: list[str], name: str = "mitm", web: bool = False) -> Mitmdump:
@@ -72,7 +68,7 @@ def primary_url(provider: FakeProvider) -> str:
 def test_modify_body_applies_to_a_routed_request(tmp_path: Path, provider: FakeProvider) -> None:
     mitm = start(tmp_path, provider, ["--modify-body", "/~q/MARK-A/MARK-B"])
     try:
-        result = curl(mitm, primary_url(provider), body())
+        result = ask_primary(mitm, provider)
     finally:
         mitm.stop()
     assert result.status == 200
@@ -85,7 +81,7 @@ def test_map_remote_decides_where_a_request_goes_before_routing(tmp_path: Path, 
     port = provider.ports[0]
     mitm = start(tmp_path, provider, ["--map-remote", f"|127.0.0.1:{port}/primary/|127.0.0.1:{port}/mapped/"])
     try:
-        result = curl(mitm, primary_url(provider), body())
+        result = ask_primary(mitm, provider)
     finally:
         mitm.stop()
     assert result.status == 200
@@ -97,7 +93,7 @@ def test_server_replay_answers_a_routed_request_without_calling_the_provider(tmp
     recorded = tmp_path / "recorded.flows"
     mitm = start(tmp_path, provider, ["-w", str(recorded)], name="record")
     try:
-        first = curl(mitm, primary_url(provider), body())
+        first = ask_primary(mitm, provider)
     finally:
         mitm.stop()
     with recorded.open("rb") as file:
@@ -106,7 +102,7 @@ def test_server_replay_answers_a_routed_request_without_calling_the_provider(tmp
     provider.reset()
     mitm = start(tmp_path, provider, ["-S", str(recorded)], name="replay")
     try:
-        replayed = curl(mitm, primary_url(provider), body())
+        replayed = ask_primary(mitm, provider)
     finally:
         mitm.stop()
     assert not provider.calls
@@ -132,7 +128,7 @@ def test_an_intercepted_request_is_routed_as_the_user_edited_it(tmp_path: Path, 
                 return answer.read()
 
         results: list[CurlResult] = []
-        client = threading.Thread(target=lambda: results.append(curl(mitm, primary_url(provider), body())))
+        client = threading.Thread(target=lambda: results.append(ask_primary(mitm, provider)))
         client.start()
         intercepted = None
         for _ in range(100):  # until mitmweb holds the flow (bounded)

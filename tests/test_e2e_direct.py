@@ -18,7 +18,7 @@ from tests.conftest import BACKUP_SECRET, E2E_RULES, Env
 from tests.support import wire
 from tests.support.fake_provider import RESET, FakeProvider, Reply
 from tests.support.mitm import Mitmdump, free_port, start_mitmdump
-from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Peer, Server, chunk, chunked_head
+from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Flood, Server, dechunk
 
 FRAME = wire.chat_chunk({"content": "y" * 1000})
 
@@ -59,17 +59,6 @@ def rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS in /proc/<pid>/status")
 
 
-def dechunk(body: bytes) -> bytes:
-    out, pos = bytearray(), 0
-    while True:
-        line_end = body.index(b"\r\n", pos)
-        size = int(body[pos:line_end], 16)
-        if size == 0:
-            return bytes(out)
-        out += body[line_end + 2:line_end + 2 + size]
-        pos = line_end + 2 + size + 2
-
-
 def test_in_process_answers_skip_the_relay_socket(any_env: Env, socket_mitm: Mitmdump) -> None:
     """The same bytes either way.  The answer crosses loopback from the upstream to
     the relay and from mitmproxy to the client; through the socket, also from the
@@ -107,20 +96,9 @@ async def test_a_client_that_stops_reading_stops_the_upstream(any_env: Env) -> N
     in the proxy's memory (what the kernel's socket buffers hold, a few MB per hop
     as they grow, is not the proxy's); once the client reads again it gets every byte."""
     total_frames = 60_000  # ~61 MB: far beyond what the sockets of three hops hold
-    sent = [0]
-
-    async def upstream(peer: Peer) -> None:
-        await peer.read_request()
-        peer.writer.write(chunked_head([("Content-Type", "text/event-stream")]))
-        for _ in range(total_frames):
-            peer.writer.write(chunk(FRAME))
-            await peer.writer.drain()
-            sent[0] += 1
-        await peer.send(chunk(wire.CHAT_DONE), LAST_CHUNK)
-        await peer.wait_closed_by_client()
-
+    flood = Flood(FRAME, total_frames, wire.CHAT_DONE)
     pid = any_env.mitm.process.pid
-    async with Server(upstream) as up:
+    async with Server(flood) as up:
         rss_before = rss_mb(pid)
         reader, writer = await asyncio.open_connection("127.0.0.1", any_env.mitm.proxy_port)
         body = any_env.chat_body()
@@ -130,15 +108,9 @@ async def test_a_client_that_stops_reading_stops_the_upstream(any_env: Env) -> N
         async with asyncio.timeout(WAIT_S):
             head = await reader.readuntil(b"\r\n\r\n")
         # the client reads nothing more; wait until the upstream is held (bounded)
-        last, still, rss_held = -1, 0, rss_before
-        for _ in range(200):
-            await asyncio.sleep(0.05)
-            rss_held = max(rss_held, rss_mb(pid))
-            still = still + 1 if sent[0] == last else 0
-            last = sent[0]
-            if still >= 6 or sent[0] == total_frames:
-                break
-        held_at = sent[0]
+        rss = [rss_before]
+        held_at = await flood.until_held(lambda: rss.append(rss_mb(pid)))
+        rss_held = max(rss)
         received = bytearray()
         async with asyncio.timeout(WAIT_S * 6):
             while not received.endswith(LAST_CHUNK):

@@ -25,7 +25,8 @@ from switchyard_core.relay.exchange import Exchange, OriginalRequest
 from switchyard_core.relay.server import TOKEN_HEADER, Relay
 from switchyard_core.relay.upstream_client import UpstreamClient
 from switchyard_core.rules.loader import AttemptSettings, Route, Upstream
-from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Peer, Server, answering, chunk, chunked_head
+from tests.support.scripted_server import (LAST_CHUNK, WAIT_S, Flood, Peer, Server, answering, chunk, chunked_head,
+                                          dechunk)
 
 BODY = json.dumps({"model": "gpt-4o", "stream": True, "messages": []}).encode()
 DONE = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
@@ -66,17 +67,6 @@ def register(relay: Relay, upstream: Server, *, provisional: bool = False, **set
     return relay.register(route(url, **settings), request, provisional_head=provisional)
 
 
-def dechunk(body: bytes) -> bytes:
-    out, pos = b"", 0
-    while True:
-        line_end = body.index(b"\r\n", pos)
-        size = int(body[pos:line_end], 16)
-        if size == 0:
-            return out
-        out += body[line_end + 2:line_end + 2 + size]
-        pos = line_end + 2 + size + 2
-
-
 async def read_until_closed(reader: asyncio.StreamReader) -> bytes:
     data = b""
     async with asyncio.timeout(WAIT_S * 4):
@@ -93,16 +83,7 @@ async def test_a_client_that_stops_reading_is_not_an_upstream_stall(relay: Relay
     frame = content("x" * 1000)
     frames = 20_000  # ~21 MB: far more than the kernel buffers hold
 
-    async def upstream(peer: Peer) -> None:
-        await peer.read_request()
-        peer.writer.write(chunked_head([("Content-Type", "text/event-stream")]))
-        for _ in range(frames):
-            peer.writer.write(chunk(frame))
-            await peer.writer.drain()
-        await peer.send(chunk(DONE), LAST_CHUNK)
-        await peer.wait_closed_by_client()
-
-    async with Server(upstream) as up:
+    async with Server(Flood(frame, frames, DONE)) as up:
         exchange = register(relay, up, idle_timeout_s=0.3)
         reader, writer = await ask(relay, exchange.token)
         async with asyncio.timeout(WAIT_S):
@@ -380,43 +361,22 @@ async def test_one_connection_mixes_in_process_and_socket_answers_in_order(relay
 async def test_a_client_that_leaves_while_its_answer_is_held_releases_the_upstream(relay: Relay) -> None:
     """In-process, the upstream is held while mitmproxy does not read; when the
     client leaves instead, the upstream's connection is let go, not left paused."""
-    frame = content("x" * 1000)
     total_frames = 40_000  # ~41 MB
-    sent = [0]
-    let_go = asyncio.Event()
+    flood = Flood(content("x" * 1000), total_frames, DONE)
 
-    async def upstream(peer: Peer) -> None:
-        await peer.read_request()
-        peer.writer.write(chunked_head([("Content-Type", "text/event-stream")]))
-        try:
-            for _ in range(total_frames):
-                peer.writer.write(chunk(frame))
-                await peer.writer.drain()
-                sent[0] += 1
-            await peer.send(chunk(DONE), LAST_CHUNK)
-        finally:
-            let_go.set()  # the relay closed the connection (or, wrongly, read it all)
-
-    async with Server(upstream) as up:
+    async with Server(flood) as up:
         exchange = register(relay, up, idle_timeout_s=0.3)
         reader, writer = await open_streams(relay)
         exchange.mitmproxy_streams = lambda: (reader, writer)
         send_request(writer, exchange.token)
-        last, still = -1, 0
-        for _ in range(200):  # until the upstream is held (bounded)
-            await asyncio.sleep(0.05)
-            still = still + 1 if sent[0] == last else 0
-            last = sent[0]
-            if still >= 6:
-                break
-        held_at = sent[0]
+        held_at = await flood.until_held()
         writer.transport.abort()  # the client leaves; mitmproxy closes its relay connection
         async with asyncio.timeout(WAIT_S):
-            await let_go.wait()
+            await flood.ended.wait()  # the relay closed the connection (or, wrongly, read it all)
             while relay.in_flight or relay.connections:
                 await asyncio.sleep(0.01)
     assert held_at < total_frames  # held: the kernel's buffers of one hop (a few MB as they grow) are not all of it
-    assert sent[0] < total_frames  # let go part-way, not drained to the end
+    assert flood.sent < total_frames  # let go part-way, not drained to the end
     assert relay.direct_answers == 1
     assert relay.in_flight == 0 and not relay.connections
 

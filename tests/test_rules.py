@@ -83,46 +83,32 @@ def test_environment_variables_expand_in_upstream_secrets(tmp_path: Path, monkey
     assert backup.headers == (("X-Key", "sk-123"),)
 
 
-def test_unset_variable_skips_the_upstream_with_one_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SWY_MISSING", raising=False)
-    path = write(tmp_path, MINIMAL + """\
-      - name: backup
-        url: https://backup.example.com/v1/chat/completions
-        auth: {header: Authorization, value: "Bearer ${SWY_MISSING}"}
-""")
+@pytest.mark.parametrize(
+    "value,upstream,warning",
+    [
+        (None, 'url: https://backup.example.com/v1/chat/completions\n        auth: {header: Authorization, value: "Bearer ${SWY_VAR}"}',
+         "${SWY_VAR} is not set"),
+        # a key read from a file with its newline: never reaches a header
+        ("sk-from-a-file\n", 'url: https://backup.example.com/v1/chat/completions\n        auth: {header: Authorization, value: "Bearer ${SWY_VAR}"}',
+         "${SWY_VAR} holds a line break or NUL (a key read from a file with its newline?)"),
+        # checked once expanded, at load time (not at the first request)
+        ("sk-oops-SECRET", 'url: "${SWY_VAR}"', "its url with ${SWY_VAR} expanded is not an http(s) URL"),
+    ],
+    ids=["unset", "line-break", "url-not-http"],
+)
+def test_an_upstream_whose_variable_does_not_fit_is_skipped_with_one_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str | None, upstream: str, warning: str) -> None:
+    """The rest of the route goes on; the warning names the file and line, never the value."""
+    if value is None:
+        monkeypatch.delenv("SWY_VAR", raising=False)
+    else:
+        monkeypatch.setenv("SWY_VAR", value)
+    path = write(tmp_path, MINIMAL + f"      - name: backup\n        {upstream}\n")
     rules = load_rules(path)
     assert [u.name for u in rules.routes[0].upstreams] == ["openai"]
-    assert rules.warnings == (f"{path}:8: upstream 'backup' skipped: ${{SWY_MISSING}} is not set",)
-
-
-def test_a_url_variable_that_expands_to_no_http_url_skips_the_upstream_with_one_warning(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Checked once expanded, at load time (not at the first request); its value is
-    not shown: a key put in the wrong variable must not reach the log."""
-    monkeypatch.setenv("SWY_BACKUP_URL", "sk-oops-SECRET")
-    path = write(tmp_path, MINIMAL + """\
-      - name: backup
-        url: "${SWY_BACKUP_URL}"
-""")
-    rules = load_rules(path)
-    assert [u.name for u in rules.routes[0].upstreams] == ["openai"]
-    assert rules.warnings == (f"{path}:8: upstream 'backup' skipped: its url with ${{SWY_BACKUP_URL}} expanded "
-                              "is not an http(s) URL",)
-
-
-def test_a_variable_holding_a_line_break_skips_the_upstream_and_never_reaches_a_header(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SWY_NEWLINE_KEY", "sk-from-a-file\n")
-    path = write(tmp_path, MINIMAL + """\
-      - name: backup
-        url: https://backup.example.com/v1/chat/completions
-        auth: {header: Authorization, value: "Bearer ${SWY_NEWLINE_KEY}"}
-""")
-    rules = load_rules(path)
-    assert [u.name for u in rules.routes[0].upstreams] == ["openai"]
-    assert rules.warnings == (f"{path}:8: upstream 'backup' skipped: ${{SWY_NEWLINE_KEY}} holds a line break or NUL "
-                              "(a key read from a file with its newline?)",)
-    assert "sk-from-a-file" not in " ".join(rules.warnings)
+    assert rules.warnings == (f"{path}:8: upstream 'backup' skipped: {warning}",)
+    if value:
+        assert value.strip() not in " ".join(rules.warnings)
 
 
 def test_route_match_globs(tmp_path: Path) -> None:

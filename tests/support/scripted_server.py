@@ -135,3 +135,52 @@ def answering(*replies: bytes, requests: int = 1) -> Handler:
         await peer.wait_closed_by_client()
 
     return handle
+
+
+def dechunk(body: bytes) -> bytes:
+    """A chunked body's data, up to its last chunk."""
+    out, pos = bytearray(), 0
+    while True:
+        line_end = body.index(b"\r\n", pos)
+        size = int(body[pos:line_end], 16)
+        if size == 0:
+            return bytes(out)
+        out += body[line_end + 2:line_end + 2 + size]
+        pos = line_end + 2 + size + 2
+
+
+class Flood:
+    """A handler streaming `count` copies of `frame` as fast as the reader takes
+    them, then `last`: for tests of a reader that stops.  Counts what it sent;
+    `ended` is set when it stops, done or cut off."""
+
+    def __init__(self, frame: bytes, count: int, last: bytes) -> None:
+        self.frame, self.count, self.last = frame, count, last
+        self.sent = 0
+        self.ended = asyncio.Event()
+
+    async def __call__(self, peer: Peer) -> None:
+        await peer.read_request()
+        peer.writer.write(chunked_head([("Content-Type", "text/event-stream")]))
+        try:
+            for _ in range(self.count):
+                peer.writer.write(chunk(self.frame))
+                await peer.writer.drain()
+                self.sent += 1
+            await peer.send(chunk(self.last), LAST_CHUNK)
+        finally:
+            self.ended.set()
+        await peer.wait_closed_by_client()
+
+    async def until_held(self, each: Callable[[], None] = lambda: None) -> int:
+        """Frames sent once sending stalled for 0.3 s (or all were sent; at most 10 s),
+        calling `each` every 50 ms meanwhile."""
+        last, still = -1, 0
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            each()
+            still = still + 1 if self.sent == last else 0
+            last = self.sent
+            if still >= 6 or self.sent == self.count:
+                break
+        return self.sent

@@ -101,7 +101,7 @@ def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) ->
     if failed:
         counters["failed_attempts"] += len(failed)
         first = failed[0]
-        what = " ".join(str(x) for x in (first.status, first.code, first.message) if x)
+        what = _what(first)
         if exchange.answered_by and exchange.outcome == "committed":
             counters["fallbacks"] += 1
             flow.comment = f"{first.upstream}: {what} before output → {exchange.answered_by} answered"
@@ -113,7 +113,7 @@ def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) ->
         flow.marked = flow.marked or ":warning:"
         last = next((r for r in reversed(exchange.attempts) if r.outcome == "committed"), None)
         if last is not None:
-            what = " ".join(str(x) for x in (last.status, last.code, last.message) if x)
+            what = _what(last)
             note = f"{last.upstream}: {what or 'a failure'} after output: forwarded, never replayed"
             flow.comment = f"{flow.comment}; then {note}" if flow.comment else note
     counters["attempts"] += len(exchange.attempts)
@@ -152,7 +152,12 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
         attempt.error = mitmflow.Error(record.message or record.outcome)
     attempt.metadata[METADATA_KEY] = {"attempt_of": flow.id, "route": exchange.route.name, "api": exchange.route.api,
                                       **record.as_dict(), "url": url}
-    what = " ".join(str(x) for x in (record.status, record.code, record.message) if x)
+    what = _what(record)
     attempt.comment = f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; request body omitted"
     attempt.marked = ":red_circle:"
     return attempt
+
+
+def _what(record: AttemptRecord) -> str:
+    """What an attempt's failure was, in a flow's comment: `503 server_error overloaded`."""
+    return " ".join(str(x) for x in (record.status, record.code, record.message) if x)
