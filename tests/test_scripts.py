@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -62,3 +64,59 @@ def test_the_demo_shows_a_fallback_end_to_end() -> None:
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert "answer text: 'Hello from backup, all good.'" in output
     assert "switchyard.fallback_answered route=demo-chat upstream=backup" in output
+
+
+# --- finding a Python >= 3.12 on a machine that may have only an older one ----------------
+
+
+@pytest.fixture
+def bare_machine(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of the scripts and a PATH holding only bash, dirname and a `python3`
+    that is too old: a machine without pyenv or a new enough Python."""
+    root = tmp_path / "checkout"
+    shutil.copytree(ROOT / "scripts", root / "scripts")
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname"):
+        found = shutil.which(tool)
+        assert found, f"{tool} is needed to run the scripts"
+        (bin_dir / tool).symlink_to(found)
+    old = bin_dir / "python3"
+    old.write_text("#!/bin/sh\necho 'Python 3.11.2'\nexit 1\n")  # fails the version check, as 3.11 does
+    old.chmod(0o755)
+    return root, {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+
+
+def real_python() -> str:
+    """This interpreter itself (>= 3.12, or the suite would not run), not the venv's wrapper."""
+    return os.path.realpath(sys.executable)
+
+
+def test_with_no_python_new_enough_the_scripts_say_so_and_install_nothing(bare_machine) -> None:
+    root, env = bare_machine
+    for script in ("find-python", "run", "test"):
+        done = subprocess.run([str(root / "scripts" / script)], env=env, capture_output=True, timeout=30)
+        assert done.returncode == 1, script
+        message = done.stderr.decode()
+        assert "no Python >= 3.12 found" in message and "SWITCHYARD_PYTHON" in message, message
+        assert "install one" in message
+    assert not (root / ".venv").exists()
+
+
+def test_a_system_python3_13_is_found_beside_an_old_python3(bare_machine) -> None:
+    root, env = bare_machine
+    (Path(env["PATH"]) / "python3.13").symlink_to(real_python())
+    done = subprocess.run([str(root / "scripts" / "find-python")], env=env, capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().strip() == str(Path(env["PATH"]) / "python3.13")
+
+
+def test_switchyard_python_comes_first(bare_machine) -> None:
+    root, env = bare_machine
+    (Path(env["PATH"]) / "python3.13").symlink_to(real_python())
+    chosen = real_python()
+    done = subprocess.run([str(root / "scripts" / "find-python")], env={**env, "SWITCHYARD_PYTHON": chosen},
+                          capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().strip() == chosen
