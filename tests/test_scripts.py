@@ -120,3 +120,21 @@ def test_switchyard_python_comes_first(bare_machine) -> None:
                           capture_output=True, timeout=30)
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode().strip() == chosen
+
+
+def test_the_benchmark_runs_every_path_and_every_stream_arrives_whole(tmp_path: Path) -> None:
+    """Not a measurement (no figure is asserted): the README's speed figures come from
+    this script, so it must keep working; it checks every stream's bytes itself."""
+    raw = tmp_path / "bench.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--concurrency", "1", "4",
+                           "--staging-streams", "40", "--json", str(raw)], capture_output=True, timeout=240)
+    assert done.returncode == 0, done.stdout.decode()[-3000:] + done.stderr.decode()[-3000:]
+    summary = json.loads(raw.read_text())["summary"]
+    for kind in ("happy", "fallback"):
+        for c in (1, 4):
+            for path in ("direct", "plain", "switchyard"):
+                cell = summary[f"{kind}/c{c}/{path}"]
+                assert cell["streams"] >= c and cell["failed"] == 0, (kind, c, path, cell["errors"])
+    report = done.stdout.decode()
+    assert "| 4 | proxy CPU per stream (ms) |" in report
+    assert "switchyard's peak − before at most 300 MB beyond plain mitmdump's" in report
