@@ -277,6 +277,17 @@ def test_error_event_parses_back_as_a_failure() -> None:
     )
 
 
+def test_a_forwarded_error_event_keeps_the_providers_type() -> None:
+    """After the pre-answer keepalive, a provider's fatal error reaches the client in
+    band: with its own type, or a client's retry policy would retry a bad key."""
+    raw = AnthropicMessages().error_event("invalid x-api-key", "authentication_error", "authentication_error")
+    results, _ = run(raw)
+    info = results[0].error
+    assert info is not None
+    assert (info.type, info.message) == ("authentication_error", "invalid x-api-key")
+    assert ErrorPolicy().decide(info) is Decision.FATAL
+
+
 def _anthropic_client(status: int, body: bytes, content_type: str) -> anthropic.Anthropic:
     def handler(request: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(status, headers={"content-type": content_type}, content=body)

@@ -217,6 +217,57 @@ def test_complete_only_after_the_end_marker() -> None:
     assert seen == [False, False, False, False, True, True, True]
 
 
+def test_with_usage_asked_for_complete_only_once_the_usage_chunk_came() -> None:
+    """`stream_options.include_usage`: a stream cut between the finish chunk and the
+    usage chunk would lose the client's token count without a word."""
+    data = read_fixture("chat_normal_stream.sse")
+    splitter, stream = FrameSplitter(), ChatStream(usage_expected=True)
+    frames = splitter.feed(data) + splitter.finish()
+    seen = []
+    for frame in frames:
+        stream.classify(frame.event)
+        seen.append(stream.complete)
+    # the finish chunk (index 4) is not the end now; the usage chunk (5) is
+    assert seen == [False, False, False, False, False, True, True]
+
+
+def test_with_usage_asked_for_the_frames_after_the_finish_get_a_look() -> None:
+    data = read_fixture("chat_normal_stream.sse")
+    frames = FrameSplitter().feed(data)
+    usage = frames[5].raw
+    assert b'"usage":{' in usage
+    stream = ChatStream(usage_expected=True)
+    for frame in frames[:5]:
+        stream.classify(frame.event)
+    assert stream.worth_a_look(usage)  # after the last finish: every frame until the usage came
+    stream.classify(frames[5].event)
+    assert stream.complete and not stream.worth_a_look(frames[2].raw)
+    # without usage asked for, a usage chunk after the finish is not worth a parse
+    plain = ChatStream()
+    for frame in frames[:5]:
+        plain.classify(frame.event)
+    assert plain.complete and not plain.worth_a_look(usage)
+
+
+def test_with_usage_asked_for_done_still_ends_the_stream() -> None:
+    stream = ChatStream(usage_expected=True)
+    classify_obj(chunk({"content": "a"}), stream)
+    classify_obj(chunk({}, "stop"), stream)
+    assert not stream.complete
+    stream.classify(parse_frame(b"data: [DONE]\n\n"))
+    assert stream.complete
+
+
+def test_usage_beside_the_finish_reason_completes_at_once() -> None:
+    """Some compatible servers put the usage in the finish chunk itself."""
+    stream = ChatStream(usage_expected=True)
+    classify_obj(chunk({"content": "a"}), stream)
+    last = chunk({}, "stop")
+    last["usage"] = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    classify_obj(last, stream)
+    assert stream.complete
+
+
 def test_complete_needs_every_choice_finished() -> None:
     stream = ChatStream()
     two = chunk({"role": "assistant", "content": ""})

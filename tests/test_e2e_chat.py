@@ -22,12 +22,12 @@ BACKUP_BYTES = b"".join(wire.chat_stream(wire.answer_text("backup")))
 PRIMARY_BYTES = b"".join(wire.chat_stream(wire.answer_text("primary")))
 
 
-def openai_client(env: Env, *, reverse: bool = False) -> openai.OpenAI:
+def openai_client(env: Env, *, reverse: bool = False, prefix: str = "primary") -> openai.OpenAI:
     if reverse:
-        return openai.OpenAI(api_key=CLIENT_SECRET, base_url=f"{env.mitm.reverse_url}/primary/v1", max_retries=0)
+        return openai.OpenAI(api_key=CLIENT_SECRET, base_url=f"{env.mitm.reverse_url}/{prefix}/v1", max_retries=0)
     return openai.OpenAI(
         api_key=CLIENT_SECRET,
-        base_url=env.provider.url("primary", "/v1"),
+        base_url=env.provider.url(prefix, "/v1"),
         max_retries=0,
         http_client=openai.DefaultHttpxClient(proxy=env.mitm.proxy_url, trust_env=False),
     )
@@ -260,6 +260,36 @@ def test_every_attempt_failing_in_stream_returns_the_last_as_sent(env: Env) -> N
     assert result.headers["x-switchyard-attempts"] == "2"
 
 
+@pytest.mark.parametrize("nothing", [wire.CHAT_ROLE, wire.CHAT_DONE, b""], ids=["role-then-eof", "done-only", "empty"])
+def test_every_attempt_ending_before_output_is_a_502_not_an_empty_success(env: Env, nothing: bytes) -> None:
+    """Forwarded as sent, a stream that ended before any output reads as a successful
+    empty answer (SDKs raise nothing); the client gets Switchyard's own error instead."""
+    env.provider.script("solo", Reply.sse(nothing), Reply.sse(nothing))
+    result = env.curl(chat_url(env, "solo"), env.chat_body())
+    assert result.status == 502
+    error = json.loads(result.body)["error"]
+    assert error["code"] == "upstream_unavailable"
+    assert "before any output" in error["message"]
+    assert result.headers["x-switchyard-attempts"] == "2"
+    assert [c.upstream for c in env.provider.calls] == ["solo", "solo"]
+
+
+def test_the_openai_sdk_raises_when_every_attempt_ends_before_output(env: Env) -> None:
+    env.provider.script("solo", Reply.sse(wire.CHAT_ROLE), Reply.sse(wire.CHAT_ROLE))
+    with pytest.raises(openai.InternalServerError) as raised:
+        stream_text(openai_client(env, prefix="solo"))
+    assert raised.value.status_code == 502
+
+
+def test_the_last_failure_that_said_something_is_forwarded_when_the_last_attempt_said_nothing(env: Env) -> None:
+    said = [wire.CHAT_ROLE, wire.chat_error(503, "provider overloaded"), wire.CHAT_DONE]
+    env.provider.script("solo", Reply.sse(*said), Reply.sse(wire.CHAT_ROLE))
+    result = env.curl(chat_url(env, "solo"), env.chat_body())
+    assert result.status == 200
+    assert result.body == b"".join(said)
+    assert result.headers["x-switchyard-attempts"] == "2"
+
+
 def test_every_attempt_failing_over_http_returns_the_last_status_and_body(env: Env) -> None:
     env.provider.script("solo", Reply.json(502, {"error": {"message": "first"}}), Reply.json(503, {"error": {"message": "last"}}))
     result = env.curl(chat_url(env, "solo"), env.chat_body())
@@ -302,6 +332,25 @@ def test_cut_after_output_ends_with_an_in_band_error(env: Env) -> None:
     tail = result.body[len(wire.CHAT_ROLE + content):]
     assert json.loads(tail.removeprefix(b"data: "))["error"]["code"] == "stream_cut"
     assert [c.upstream for c in env.provider.calls] == ["primary"]
+
+
+def test_with_usage_asked_for_a_cut_after_the_finish_chunk_ends_with_an_in_band_error(env: Env) -> None:
+    """The answer's text is whole, but the usage chunk the client asked for never came:
+    that must not look like a clean end (the client's token count would be lost silently)."""
+    sent = wire.chat_stream("all of it")[:-2]  # role, content, finish; no usage chunk, no [DONE]
+    env.provider.script("solo", Reply.sse(*sent))
+    result = env.curl(chat_url(env, "solo"), env.chat_body(stream_options={"include_usage": True}))
+    assert result.body.startswith(b"".join(sent))
+    error = json.loads(result.body[len(b"".join(sent)):].removeprefix(b"data: "))["error"]
+    assert error["code"] == "stream_cut"
+    assert [c.upstream for c in env.provider.calls] == ["solo"]
+
+
+def test_without_usage_asked_for_a_stream_that_ends_after_the_finish_chunk_is_whole(env: Env) -> None:
+    sent = wire.chat_stream("all of it")[:-2]
+    env.provider.script("solo", Reply.sse(*sent))
+    result = env.curl(chat_url(env, "solo"), env.chat_body())
+    assert result.body == b"".join(sent)
 
 
 # --- the request the upstreams receive -----------------------------------------------

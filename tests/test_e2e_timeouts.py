@@ -79,6 +79,34 @@ def test_final_failure_after_keepalive_arrives_as_an_in_band_error(env: Env) -> 
     assert [c.upstream for c in env.provider.calls] == ["keepalive", "backup"]
 
 
+def test_a_fatal_failure_after_keepalive_keeps_the_providers_type_and_code_in_band(env: Env) -> None:
+    """A bad key must not read as a server error worth retrying."""
+    body = {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                      "param": None, "code": "invalid_api_key"}}
+    late = Reply.json(401, body)
+    late.delay_headers_s = 0.5
+    env.provider.script("keepalive", late)
+    result = env.curl(url(env, "keepalive"), env.chat_body())
+    frames = [f for f in result.body.split(b"\n\n") if f]
+    assert frames[0] == b": switchyard keepalive"
+    assert json.loads(frames[-1].removeprefix(b"data: ")) == body
+    assert [c.upstream for c in env.provider.calls] == ["keepalive"]  # fatal: nothing else tried
+
+
+def test_every_upstream_ending_before_output_after_keepalive_is_an_in_band_error(env: Env) -> None:
+    env.provider.script("keepalive", Reply.sse(0.5, wire.CHAT_ROLE))
+    env.provider.script("backup", Reply.sse(wire.CHAT_ROLE))
+    result = env.curl(url(env, "keepalive"), env.chat_body())
+    assert result.status == 200
+    assert wire.CHAT_ROLE not in result.body  # neither empty answer is passed off as the answer
+    frames = [f for f in result.body.split(b"\n\n") if f]
+    assert all(f == b": switchyard keepalive" for f in frames[:-1])
+    error = json.loads(frames[-1].removeprefix(b"data: "))["error"]
+    assert error["code"] == "upstream_unavailable"
+    assert "before any output" in error["message"]
+    assert [c.upstream for c in env.provider.calls] == ["keepalive", "backup"]
+
+
 def test_staging_past_the_limit_commits_and_passes_through(env: Env) -> None:
     # lifecycle frames only, more than the route's 300-byte staging limit: replay is no longer safe
     filler = [wire.chat_chunk({"role": "assistant", "content": ""}) for _ in range(3)]

@@ -26,6 +26,9 @@ EOF_BEFORE_OUTPUT = ErrorInfo(
 EMPTY_ANSWER = ErrorInfo(
     message="upstream ended the stream ([DONE]) before any output", event_type="[DONE]", retryable_hint=True
 )
+# failures made of an absence: the provider reported nothing.  Forwarded as sent, such an
+# answer reads as an empty success, so the client gets Switchyard's own error instead
+SAID_NOTHING = (EOF_BEFORE_OUTPUT, EMPTY_ANSWER)
 
 
 @dataclass(slots=True)

@@ -111,7 +111,7 @@ class MessagesStream(StreamState):
 class AnthropicMessages:
     name = NAME
 
-    def stream_classifier(self) -> MessagesStream:
+    def stream_classifier(self, usage_expected: bool = False) -> MessagesStream:
         return MessagesStream()
 
     def body_error(self, body: Any) -> ErrorInfo | None:
@@ -119,15 +119,16 @@ class AnthropicMessages:
             return None
         return error_info(body, event_type="body")
 
-    def error_event(self, message: str, code: str) -> bytes:
-        """`api_error` is a type the SDK knows and every retry policy retries.
+    def error_event(self, message: str, code: str, error_type: str | None = None) -> bytes:
+        """Switchyard's own errors are `api_error`: a type the SDK knows and every
+        retry policy retries.
 
         The code is left out: the SDK reads only `error.type`, `message` and
         `details` (a typed union with no slot for a free code), and Anthropic's
         own error objects never carry one.
         """
-        return b"event: error\ndata: " + self.error_body(message, code) + b"\n\n"
+        return b"event: error\ndata: " + self.error_body(message, code, error_type) + b"\n\n"
 
-    def error_body(self, message: str, code: str) -> bytes:
-        error = {"type": "api_error", "message": message}
+    def error_body(self, message: str, code: str, error_type: str | None = None) -> bytes:
+        error = {"type": error_type or "api_error", "message": message}
         return json.dumps({"type": "error", "error": error}).encode()

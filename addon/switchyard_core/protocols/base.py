@@ -105,16 +105,22 @@ class StreamState:
 class Api(Protocol):
     name: str
 
-    def stream_classifier(self) -> StreamClassifier: ...
+    def stream_classifier(self, usage_expected: bool = False) -> StreamClassifier:
+        """A classifier for one stream; `usage_expected`: the client asked for a usage
+        report at the end (Chat's `stream_options.include_usage`), so the answer is
+        complete only once it came.  The other APIs always end with their usage."""
+        ...
 
     def body_error(self, body: Any) -> ErrorInfo | None:
         """The error a 2xx non-streaming JSON answer carries, if any."""
         ...
 
-    def error_event(self, message: str, code: str) -> bytes:
-        """An in-band SSE error frame in this API's own shape."""
+    def error_event(self, message: str, code: str, error_type: str | None = None) -> bytes:
+        """An in-band SSE error frame in this API's own shape; `error_type` is a
+        provider's own (`invalid_request_error`, `authentication_error`) when its
+        error is forwarded, else one that every client's retry policy retries."""
         ...
 
-    def error_body(self, message: str, code: str) -> bytes:
+    def error_body(self, message: str, code: str, error_type: str | None = None) -> bytes:
         """A JSON error body in this API's own shape."""
         ...

@@ -92,20 +92,28 @@ def _choice_error(choice: Mapping[str, Any], top: Mapping[str, Any]) -> ErrorInf
 
 class ChatStream(StreamState):
     """Classifies one Chat Completions stream and tracks its end marker: `[DONE]`,
-    or a finish reason on every choice seen."""
+    or a finish reason on every choice seen, and then the usage chunk if the client
+    asked for one (`stream_options.include_usage`): a stream cut before it would
+    lose the client's token count without a word."""
 
-    __slots__ = ("_choices", "_finished")
+    __slots__ = ("_choices", "_finished", "_usage_expected", "_awaiting_usage")
 
-    def __init__(self) -> None:
+    def __init__(self, usage_expected: bool = False) -> None:
         super().__init__()
         self._choices: set[int] = set()
         self._finished: set[int] = set()
+        self._usage_expected = usage_expected
+        self._awaiting_usage = False  # every choice finished; the usage chunk is still to come
 
     @property
     def complete(self) -> bool:
-        return self._complete or (bool(self._choices) and self._choices <= self._finished)
+        if self._complete:
+            return True
+        return bool(self._choices) and self._choices <= self._finished and not self._awaiting_usage
 
     def worth_a_look(self, raw: bytes) -> bool:
+        if self._awaiting_usage:
+            return True  # only the few frames after the last finish reason
         # a choice other than the first must be seen too, or n>1 streams look complete early.
         # Plain content, as providers send it, has every finish_reason null and every
         # index 0: counting those is cheaper than searching for the rest (the hot path;
@@ -146,6 +154,8 @@ class ChatStream(StreamState):
         info = error_info(obj, event_type="bare_json" if event.bare_json else "chunk")
         if info is not None:
             return Classification(FrameKind.FAILURE, info.event_type, info)
+        if self._usage_expected and isinstance(obj.get("usage"), dict):
+            self._usage_expected = self._awaiting_usage = False  # it came (alone, or beside a finish)
         if choices is None:
             return _LIFECYCLE if "usage" in obj or "prompt_filter_results" in obj else _UNKNOWN
         if not isinstance(choices, list):
@@ -160,6 +170,8 @@ class ChatStream(StreamState):
             if choice.get("finish_reason"):
                 self._finished.add(index)
                 result = _FINISH
+                if self._usage_expected and self._choices <= self._finished:
+                    self._awaiting_usage = True
             elif _delta_carries_output(choice.get("delta")) and result is _LIFECYCLE:
                 result = _OUTPUT
         return result
@@ -168,8 +180,8 @@ class ChatStream(StreamState):
 class OpenAIChat:
     name = NAME
 
-    def stream_classifier(self) -> ChatStream:
-        return ChatStream()
+    def stream_classifier(self, usage_expected: bool = False) -> ChatStream:
+        return ChatStream(usage_expected)
 
     def body_error(self, body: Any) -> ErrorInfo | None:
         if not isinstance(body, dict):
@@ -187,9 +199,9 @@ class OpenAIChat:
                     return _choice_error(choice, body)
         return None
 
-    def error_event(self, message: str, code: str) -> bytes:
-        return b"data: " + self.error_body(message, code) + b"\n\n"
+    def error_event(self, message: str, code: str, error_type: str | None = None) -> bytes:
+        return b"data: " + self.error_body(message, code, error_type) + b"\n\n"
 
-    def error_body(self, message: str, code: str) -> bytes:
-        error = {"message": message, "type": "server_error", "param": None, "code": code}
+    def error_body(self, message: str, code: str, error_type: str | None = None) -> bytes:
+        error = {"message": message, "type": error_type or "server_error", "param": None, "code": code}
         return json.dumps({"error": error}).encode()

@@ -221,7 +221,7 @@ class ResponsesStream(StreamState):
         return Classification(FrameKind.OUTPUT, etype)
 
 
-def error_event_payload(message: str, code: str) -> bytes:
+def error_event_payload(message: str, code: str, error_type: str | None = None) -> bytes:
     """An `error` event's JSON: flat spec fields for the Node SDK and typed clients,
     plus a nested `error` so openai-python (which raises only on a truthy `error`
     key) raises too.  The same over SSE and over WebSocket."""
@@ -231,7 +231,7 @@ def error_event_payload(message: str, code: str) -> bytes:
         "message": message,
         "param": None,
         "sequence_number": 0,
-        "error": {"type": "server_error", "code": code, "message": message, "param": None},
+        "error": {"type": error_type or "server_error", "code": code, "message": message, "param": None},
     }
     return json.dumps(payload).encode()
 
@@ -239,7 +239,7 @@ def error_event_payload(message: str, code: str) -> bytes:
 class OpenAIResponses:
     name = NAME
 
-    def stream_classifier(self) -> ResponsesStream:
+    def stream_classifier(self, usage_expected: bool = False) -> ResponsesStream:
         return ResponsesStream()
 
     def body_error(self, body: Any) -> ErrorInfo | None:
@@ -249,9 +249,9 @@ class OpenAIResponses:
             return failed_info({"response": body}, event_type="body")
         return error_info(body, event_type="body")
 
-    def error_event(self, message: str, code: str) -> bytes:
-        return b"event: error\ndata: " + error_event_payload(message, code) + b"\n\n"
+    def error_event(self, message: str, code: str, error_type: str | None = None) -> bytes:
+        return b"event: error\ndata: " + error_event_payload(message, code, error_type) + b"\n\n"
 
-    def error_body(self, message: str, code: str) -> bytes:
-        error = {"message": message, "type": "server_error", "param": None, "code": code}
+    def error_body(self, message: str, code: str, error_type: str | None = None) -> bytes:
+        error = {"message": message, "type": error_type or "server_error", "param": None, "code": code}
         return json.dumps({"error": error}).encode()

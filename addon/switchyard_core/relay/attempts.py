@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .. import observe
 from ..faults import FaultyAnswer
-from ..gate import Gate, GateStep
+from ..gate import SAID_NOTHING, Gate, GateStep
 from ..protocols import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
 from ..protocols.errors import http_error_info
 from ..rules import Upstream
@@ -275,7 +275,7 @@ class AttemptLoop:
         settings = self.settings
         record = attempt.record
         gate = Gate(
-            self.api.stream_classifier(),
+            self.api.stream_classifier(self.exchange.request.wants_usage),
             staging_limit=settings.staging_limit,
             rewrite_capacity_codes=settings.rewrite_capacity_codes,
         )
@@ -360,7 +360,13 @@ class AttemptLoop:
 
     async def _failed_in_stream(self, failure: Classification, gate: Gate, answer: Answer,
                                 attempt: _Try) -> _Failed | None:
-        failed = self._fail(attempt, failure.error or ErrorInfo(message="failure"), headers=answer.headers)
+        info = failure.error or ErrorInfo(message="failure")
+        failed = self._fail(attempt, info, headers=answer.headers)
+        if info in SAID_NOTHING:
+            # shown in mitmweb, never forwarded: as sent it would read as an empty success;
+            # the last failure that said something is forwarded, else Switchyard's own error
+            attempt.record.answer = (answer.status, client_headers(answer.headers), gate.held())
+            return failed
         answered = self._keep(attempt, answer, gate.held())
         if failed.plan.action != "give_up":
             return failed
@@ -469,8 +475,9 @@ class AttemptLoop:
         self._answered(answered)
         self.client.stop_keepalive()
         if self.client.headers_sent:
+            # the provider's own type: a fatal error must not read as one worth retrying
             code = info.code or info.type or "upstream_error"
-            self.client.error_event(info.message or "upstream failed", code)
+            self.client.error_event(info.message or "upstream failed", code, info.type)
         else:
             self._send_answered(answered)
 

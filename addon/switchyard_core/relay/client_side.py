@@ -79,9 +79,9 @@ class ClientStream:
         """Headers left before the winner was known: name it in a comment."""
         self.write(f": switchyard upstream={upstream} attempts={self.attempts}\n\n".encode())
 
-    def error_event(self, message: str, code: str) -> None:
+    def error_event(self, message: str, code: str, error_type: str | None = None) -> None:
         """An in-band error in the API's shape, after whatever was written."""
-        frame = self.api.error_event(message, code)
+        frame = self.api.error_event(message, code, error_type)
         if self._tail and not self._tail.endswith(FRAME_ENDS):
             frame = b"\n\n" + frame  # never run into a frame the upstream left open
         self.write(frame)

@@ -28,11 +28,14 @@ class OriginalRequest:
     headers: tuple[tuple[str, str], ...]
     body: bytes
     wants_stream: bool = False  # the JSON body says "stream": true
+    wants_usage: bool = False  # and "stream_options": {"include_usage": true} (Chat): usage ends the answer
 
     @classmethod
     def of(cls, method: str, url: str, headers: tuple[tuple[str, str], ...], body: bytes, json_body: Any) -> "OriginalRequest":
         stream = isinstance(json_body, dict) and json_body.get("stream") is True
-        return cls(method, url, headers, body, stream)
+        options = json_body.get("stream_options") if stream else None
+        usage = isinstance(options, dict) and options.get("include_usage") is True
+        return cls(method, url, headers, body, stream, usage)
 
 
 @dataclass(slots=True)
