@@ -162,9 +162,10 @@ def test_rules_option_loads_the_file_and_reload_command_reapplies_it(rules_file:
         assert keeper.rules is not None and [r.name for r in keeper.rules.routes] == ["chat"]
         rules_file.write_text(RULES.replace("name: chat", "name: chat-renamed"))
         with caplog.at_level(logging.INFO, logger="switchyard"):
-            tctx.command(keeper.reload)
+            said = tctx.command(keeper.reload)
         assert [r.name for r in keeper.rules.routes] == ["chat-renamed"]
         assert "switchyard.rules_reloaded" in caplog.text
+        assert said == f"rules {rules_file}: routes chat-renamed; faults none"
 
 
 def test_a_broken_edit_keeps_the_last_good_rules(rules_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -174,9 +175,12 @@ def test_a_broken_edit_keeps_the_last_good_rules(rules_file: Path, tmp_path: Pat
         good = keeper.rules
         rules_file.write_text(RULES.replace("routes:", "bogus: true\nroutes:"))
         with caplog.at_level(logging.WARNING, logger="switchyard"):
-            tctx.command(keeper.reload)
+            # the command fails, saying why: in mitmweb's command bar as much as in the log
+            with pytest.raises(exceptions.CommandError, match=r"rules.yaml:2: bogus: not a known key here .*"
+                                                              r"\(keeping the last good rules\)"):
+                tctx.command(keeper.reload)
         assert keeper.rules is good
-        assert f"{rules_file}:2: bogus: Extra inputs are not permitted" in caplog.text
+        assert f"{rules_file}:2: bogus: not a known key here" in caplog.text
         assert "last good rules" in caplog.text
         # pointing the option at a broken file is refused, and the option rolls back
         broken = tmp_path / "broken.yaml"
@@ -195,6 +199,27 @@ def test_status_command_lists_routes_upstreams_and_credentials(rules_file: Path)
         assert "upstream backup: https://backup.example.com/v1/chat/completions; own auth set; retries=1" in text
         assert "backup-key-123" not in text
         assert "counters: routed=0" in text
+        assert "fault:" not in text
+
+
+def test_faults_in_the_file_are_announced_at_load_and_listed_by_status(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A fault fails real requests for as long as it is in the file: it must not go unnoticed."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES + "faults:\n  - {route: chat, upstream: openai, kind: sse_error, status: 503, count: 2}\n"
+                            "  - {route: chat, kind: stall, rate: 0.5}\n")
+    with caplog.at_level(logging.INFO, logger="switchyard"), routing(path) as router:
+        assert "switchyard.rules_loaded" in caplog.text and "faults=2" in caplog.text
+        active = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert active == [
+            "switchyard.fault_active route=chat upstream=openai kind=sse_error 503 after_frames=0 rate=1 fired=0/2",
+            "switchyard.fault_active route=chat upstream=(any) kind=stall after_frames=0 rate=0.5 "
+            "fired=0 (no count: until removed)",
+        ]
+        assert router.keeper.faults is not None
+        router.keeper.faults.pick("chat", "openai")
+        text = router.status()
+        assert "fault: route=chat upstream=openai kind=sse_error 503 after_frames=0 rate=1 fired=1/2" in text
 
 
 # --- the flow view: what mitmweb and the console show -------------------------------------

@@ -124,8 +124,8 @@ def test_route_match_globs(tmp_path: Path) -> None:
     "text,expected",
     [
         (MINIMAL.replace("url: original", "url: original\n        retries: lots"), ":8: routes[0].upstreams[0].retries: Input should be a valid integer"),
-        (MINIMAL.replace("url: original", "url: original\n        retry: 1"), ":8: routes[0].upstreams[0].retry: Extra inputs are not permitted"),
-        (MINIMAL + "    staging_limit: eight\n", ":8: routes[0].staging_limit: Value error, not a size: 'eight'"),
+        (MINIMAL.replace("url: original", "url: original\n        retry: 1"), ":8: routes[0].upstreams[0].retry: not a known key here (did you mean retries?)"),
+        (MINIMAL + "    staging_limit: eight\n", ":8: routes[0].staging_limit: not a size: 'eight'"),
         (MINIMAL.replace("version: 1", "version: 2"), ":1: version: Input should be 1"),
         (MINIMAL.replace("url: original", "url: ftp://x"), ":7: routes[0].upstreams[0].url: must be `original` or an http(s) URL"),
         (MINIMAL.replace("{path: /v1/chat/completions}", "{path: /v1/embeddings}"), ":3: routes[0].api: cannot infer the API"),
@@ -146,6 +146,39 @@ def test_errors_name_file_line_and_field(tmp_path: Path, text: str, expected: st
     message = error_of(tmp_path, text)
     assert message.startswith(str(tmp_path / "rules.yaml") + ":")
     assert expected in message
+
+
+def test_every_problem_is_named_at_once_in_file_order(tmp_path: Path) -> None:
+    """One restart per mistake wastes a user's time: all of them, each with its line."""
+    text = MINIMAL.replace("version: 1", "version: 1\ndefaults:\n  backof_ms: 3\n  retries: many")
+    text = text.replace("url: original", "url: original\n        modle: gpt-4o")
+    lines = error_of(tmp_path, text).splitlines()
+    name = str(tmp_path / "rules.yaml")
+    assert lines == [
+        f"{name}:3: defaults.backof_ms: not a known key here (did you mean backoff_ms?)",
+        f"{name}:4: defaults.retries: Input should be a valid integer, unable to parse string as an integer",
+        f"{name}:11: routes[0].upstreams[0].modle: not a known key here (did you mean model?)",
+    ]
+
+
+@pytest.mark.parametrize("field", ["connect_timeout_s: true", "retries: yes", "staging_limit: on", "backoff_ms: false"])
+def test_yaml_flags_are_not_numbers(tmp_path: Path, field: str) -> None:
+    """pydantic reads `true` as 1: a timeout of `true` would silently be one second."""
+    name, value = field.split(": ")
+    message = error_of(tmp_path, MINIMAL + f"    {field}\n")
+    assert message.endswith(f":8: routes[0].{name}: a number is needed here, not {'true' if value in ('true', 'yes', 'on') else 'false'}")
+
+
+def test_an_unknown_key_far_from_any_known_one_gets_no_guess(tmp_path: Path) -> None:
+    message = error_of(tmp_path, MINIMAL + "    colour: blue\n")
+    assert message.endswith(":8: routes[0].colour: not a known key here")
+
+
+def test_an_unclosed_flow_mapping_names_the_line_it_opened_on(tmp_path: Path) -> None:
+    text = "version: 1\nroutes:\n  - name: chat\n    match: {path: /v1/chat/completions\n    upstreams: []\n"
+    message = error_of(tmp_path, text)
+    assert message.endswith(":5: invalid YAML: expected ',' or '}', but got ':' "
+                            "(while parsing a flow mapping that starts on line 4)")
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -38,6 +38,16 @@ class FaultPlan:
         self.fired = [0] * len(specs)
         self._rng = rng
 
+    def describe(self) -> list[str]:
+        """One line per fault, with how often it has fired (for the log and `switchyard.status`)."""
+        lines = []
+        for spec, fired in zip(self.specs, self.fired):
+            what = spec.kind + (f" {spec.status}" if spec.status is not None else "")
+            limit = f"{fired}/{spec.count}" if spec.count is not None else f"{fired} (no count: until removed)"
+            lines.append(f"route={spec.route} upstream={spec.upstream or '(any)'} kind={what} "
+                         f"after_frames={spec.after_frames} rate={spec.rate:g} fired={limit}")
+        return lines
+
     def pick(self, route: str, upstream: str) -> FaultSpec | None:
         for index, spec in enumerate(self.specs):
             if spec.route != route or (spec.upstream is not None and spec.upstream != upstream):

@@ -252,6 +252,8 @@ class Router:
                 lines.append(f"  upstream {upstream.name}: {where}; {auth}; retries={upstream.retries}")
         for warning in rules.warnings if rules else ():
             lines.append(f"warning: {warning}")
+        if self.keeper.faults is not None:
+            lines.extend(f"fault: {line}" for line in self.keeper.faults.describe())
         counts = ", ".join(f"{k}={self.counters[k]}" for k in ("routed", "attempts", "failed_attempts", "fallbacks", "suppressed_failovers"))
         lines.append(f"counters: {counts}")
         if self.relay is not None:

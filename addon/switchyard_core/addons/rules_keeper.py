@@ -68,11 +68,18 @@ class RulesKeeper:
             self._watcher = None
 
     @command.command("switchyard.reload")
-    def reload(self) -> None:
-        """Read the rules file again; a broken file keeps the last good rules."""
-        self._reload(reason="command")
+    def reload(self) -> str:
+        """Read the rules file again; a broken file keeps the last good rules (and
+        the command fails, saying why)."""
+        problem = self._reload(reason="command")
+        if problem is not None:
+            kept = " (keeping the last good rules)" if self.rules is not None else ""
+            raise exceptions.CommandError(f"switchyard: {problem}{kept}")
+        assert self.rules is not None
+        return self.summary(self.rules)
 
-    def _reload(self, *, reason: str) -> bool:
+    def _reload(self, *, reason: str) -> str | None:
+        """None once the file is applied, else what is wrong with it."""
         try:
             rules = load_rules(self.path)
         except RulesError as exc:
@@ -80,9 +87,14 @@ class RulesKeeper:
             observe.emit(logging.ERROR if self.rules is None else logging.WARNING,
                          "switchyard.rules_invalid", reason=reason, error=str(exc),
                          kept="last good rules" if self.rules else None)
-            return False
+            return str(exc)
         self._apply(rules)
-        return True
+        return None
+
+    @staticmethod
+    def summary(rules: Rules) -> str:
+        routes = ",".join(route.name for route in rules.routes) or "(none)"
+        return f"rules {rules.source}: routes {routes}; faults {len(rules.faults) or 'none'}"
 
     def _apply(self, rules: Rules) -> None:
         first = self.rules is None
@@ -96,7 +108,12 @@ class RulesKeeper:
             "switchyard.rules_loaded" if first else "switchyard.rules_reloaded",
             path=str(rules.source),
             routes=",".join(route.name for route in rules.routes) or "(none)",
+            faults=len(rules.faults) or None,
         )
+        if self.faults is not None:
+            # failures made on purpose fail real requests for as long as they are in the file
+            for line in self.faults.describe():
+                log.warning("switchyard.fault_active %s", line)
 
     def _current_mtime(self) -> float | None:
         try:

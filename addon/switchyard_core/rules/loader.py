@@ -14,10 +14,11 @@ import re
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Callable
+from difflib import get_close_matches
+from typing import Any, Callable, get_args
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..protocols import api_for_path
 from ..protocols.errors import DEFAULT_RETRY_ON
@@ -169,7 +170,11 @@ def _compose(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
-        raise RulesError(f"{path}:{line}: invalid YAML: {exc.problem or exc}") from None
+        where = ""
+        if exc.context and exc.context_mark is not None and exc.context_mark.line + 1 != line:
+            # an unclosed `{` or quote is found only on a later line: say where it opened
+            where = f" ({exc.context} that starts on line {exc.context_mark.line + 1})"
+        raise RulesError(f"{path}:{line}: invalid YAML: {exc.problem or exc}{where}") from None
     except yaml.YAMLError as exc:
         raise RulesError(f"{path}: invalid YAML: {exc}") from None
     if root is None:
@@ -185,6 +190,45 @@ def _compose(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
     except yaml.YAMLError as exc:
         raise RulesError(f"{path}: invalid YAML: {exc}") from None
     return data, lines
+
+
+def _problems(path: Path, exc: ValidationError, lines: dict[tuple[Any, ...], int]) -> str:
+    """Every problem pydantic found, one line each in file order: fixing a file
+    one restart per mistake wastes a user's time."""
+    found: list[tuple[int, str]] = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "not a known key here"
+            close = get_close_matches(str(loc[-1]), _keys_beside(loc), n=1, cutoff=0.6)
+            if close:
+                message += f" (did you mean {close[0]}?)"
+        elif error["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
+        found.append((_line_of(loc, lines), f"{path}:{_line_of(loc, lines)}: {_field_name(loc)}: {message}"))
+    return "\n".join(text for _, text in sorted(found, key=lambda item: item[0]))
+
+
+def _keys_beside(loc: tuple[Any, ...]) -> list[str]:
+    """The keys a file may have where `loc`'s last key is (for a did-you-mean)."""
+    model: type[BaseModel] | None = RulesFile
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue  # an item of a list: its model was taken with the list's key
+        field = model.model_fields.get(part) if model is not None else None
+        model = _model_in(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 # --- resolution -------------------------------------------------------------
@@ -268,12 +312,7 @@ def load_rules(path: Path) -> Rules:
     try:
         parsed = RulesFile.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = tuple(first["loc"])
-        line = _line_of(loc, lines)
-        more = len(exc.errors()) - 1
-        extra = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-        raise RulesError(f"{path}:{line}: {_field_name(loc)}: {first['msg']}{extra}") from None
+        raise RulesError(_problems(path, exc, lines)) from None
 
     def fail(loc: tuple[Any, ...], message: str) -> RulesError:
         return RulesError(f"{path}:{_line_of(loc, lines)}: {_field_name(loc)}: {message}")

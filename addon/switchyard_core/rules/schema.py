@@ -29,6 +29,7 @@ _UNITS = {
 
 def parse_size(value: object) -> object:
     """`8MiB`, `512KB`, `1048576` -> bytes; anything else is left for pydantic to reject."""
+    not_a_flag(value)
     if isinstance(value, str):
         found = _SIZE.match(value)
         if not found:
@@ -41,6 +42,19 @@ def parse_size(value: object) -> object:
 Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 
 
+def not_a_flag(value: object) -> object:
+    """YAML's `true`/`yes` are numbers to pydantic (1): a timeout written as `true`
+    would silently become one second."""
+    if isinstance(value, bool):
+        raise ValueError(f"a number is needed here, not {str(value).lower()}")
+    return value
+
+
+Count = Annotated[NonNegativeInt, BeforeValidator(not_a_flag)]
+Seconds = Annotated[NonNegativeFloat, BeforeValidator(not_a_flag)]
+Status = Annotated[int, BeforeValidator(not_a_flag), Field(ge=100, le=599)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -48,18 +62,18 @@ class _Strict(BaseModel):
 class Settings(_Strict):
     """Attempt settings; every field may be set in `defaults` or on a route."""
 
-    retries: NonNegativeInt | None = None
-    backoff_ms: NonNegativeInt | None = None
-    max_backoff_ms: NonNegativeInt | None = None
-    connect_timeout_s: NonNegativeFloat | None = None
-    headers_timeout_s: NonNegativeFloat | None = None
-    first_output_timeout_s: NonNegativeFloat | None = None
-    request_timeout_s: NonNegativeFloat | None = None
-    idle_timeout_s: NonNegativeFloat | None = None
-    pre_answer_keepalive_s: NonNegativeFloat | None = None
+    retries: Count | None = None
+    backoff_ms: Count | None = None
+    max_backoff_ms: Count | None = None
+    connect_timeout_s: Seconds | None = None
+    headers_timeout_s: Seconds | None = None
+    first_output_timeout_s: Seconds | None = None
+    request_timeout_s: Seconds | None = None
+    idle_timeout_s: Seconds | None = None
+    pre_answer_keepalive_s: Seconds | None = None
     staging_limit: Size | None = None
     rewrite_capacity_codes: bool | None = None
-    retry_on: list[Annotated[int, Field(ge=100, le=599)]] | None = None
+    retry_on: list[Status] | None = None
 
 
 class Match(_Strict):
@@ -77,7 +91,7 @@ class UpstreamSpec(_Strict):
     name: str = Field(min_length=1)
     url: str = Field(min_length=1)
     model: str | None = None
-    retries: NonNegativeInt | None = None
+    retries: Count | None = None
     auth: Auth | None = None
     headers: dict[str, str] = Field(default_factory=dict)
 
@@ -93,11 +107,11 @@ class FaultSpec(_Strict):
     route: str
     upstream: str | None = None
     kind: FaultKind
-    status: Annotated[int, Field(ge=100, le=599)] | None = None
+    status: Status | None = None
     message: str | None = None
-    after_frames: NonNegativeInt = 0
-    rate: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
-    count: Annotated[int, Field(gt=0)] | None = None
+    after_frames: Count = 0
+    rate: Annotated[float, BeforeValidator(not_a_flag), Field(ge=0.0, le=1.0)] = 1.0
+    count: Annotated[int, BeforeValidator(not_a_flag), Field(gt=0)] | None = None
 
 
 class RulesFile(_Strict):
