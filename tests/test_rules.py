@@ -181,6 +181,31 @@ def test_an_unclosed_flow_mapping_names_the_line_it_opened_on(tmp_path: Path) ->
                             "(while parsing a flow mapping that starts on line 4)")
 
 
+def test_a_route_an_earlier_one_always_takes_first_is_warned_about(tmp_path: Path) -> None:
+    text = MINIMAL + """\
+  - name: gpt4-only
+    match: {host: api.openai.com, path: /v1/chat/completions, model: "gpt-4*"}
+    upstreams: [{name: openai, url: original}]
+  - name: responses-any-openai-host
+    match: {host: "*.OpenAI.com", path: /v1/responses}
+    upstreams: [{name: openai, url: original}]
+  - name: responses-api-host
+    match: {host: api.openai.com, path: /v1/responses}
+    upstreams: [{name: openai, url: original}]
+  - name: responses-some-host
+    match: {host: "api*.openai.com", path: /v1/responses}
+    upstreams: [{name: openai, url: original}]
+"""
+    rules = load_rules(write(tmp_path, text))
+    name = tmp_path / "rules.yaml"
+    assert rules.warnings == (
+        f"{name}:8: route 'gpt4-only' is never used: route 'chat' (line 3) comes first and takes every request it would",
+        f"{name}:14: route 'responses-api-host' is never used: route 'responses-any-openai-host' (line 11) comes first "
+        "and takes every request it would",
+    )  # a glob under a glob is not judged: only sure cases are warned about
+    assert [route.name for route in rules.routes][-1] == "responses-some-host"
+
+
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(RulesError, match="cannot read rules"):
         load_rules(tmp_path / "absent.yaml")

@@ -286,6 +286,22 @@ def _resolve_upstream(
     )
 
 
+def _takes_all_of(earlier: Route, later: Route) -> bool:
+    """Whether `earlier` matches every request `later` would (the first match wins, so
+    `later` is dead).  Only sure cases: a glob against a glob counts when they are equal."""
+    for mine, theirs, fold in ((earlier.host, later.host, True), (earlier.path, later.path, False),
+                               (earlier.model, later.model, False)):
+        if mine is None:
+            continue
+        if theirs is None:
+            return False
+        if fold:
+            mine, theirs = mine.lower(), theirs.lower()
+        if mine != theirs and (any(c in theirs for c in "*?[") or not fnmatchcase(theirs, mine)):
+            return False
+    return True
+
+
 def _is_http_url(url: str) -> bool:
     return re.match(r"^https?://[^/\s]+", url) is not None
 
@@ -356,6 +372,14 @@ def load_rules(path: Path) -> Rules:
                 model=spec.match.model,
             )
         )
+    route_lines = {spec.name: _line_of(("routes", index), lines) for index, spec in enumerate(parsed.routes)}
+    for later_index, later in enumerate(routes):
+        for earlier in routes[:later_index]:
+            if _takes_all_of(earlier, later):
+                warnings.append(f"{path}:{route_lines[later.name]}: route {later.name!r} is never used: route "
+                                f"{earlier.name!r} (line {route_lines[earlier.name]}) comes first and takes "
+                                "every request it would")
+                break
     route_upstreams = {spec.name: {u.name for u in spec.upstreams} for spec in parsed.routes}
     for f_index, fault in enumerate(parsed.faults):
         loc = ("faults", f_index)
