@@ -510,3 +510,17 @@ def test_drain_hands_back_the_tail_and_resets() -> None:
     assert splitter.drain() == b""
     # state is reset: a leading LF is not taken as the second half of the drained CR
     assert raws(splitter.feed(b"\ndata: c\n\n")) == [b"\ndata: c\n\n"]
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_a_frame_of_megabytes_in_many_reads_is_one_frame_between_its_neighbours(eol: bytes) -> None:
+    """A `response.completed` can repeat base64 images: megabytes in one frame, read
+    16 KiB at a time (the splitter keeps such a frame without copying it per read)."""
+    small = b"data: {}" + eol + eol
+    big = b"event: response.completed" + eol + b'data: {"b64":"' + b"A" * (4 << 20) + b'"}' + eol + eol
+    stream = small + big + small
+    splitter = FrameSplitter()
+    frames = [f for i in range(0, len(stream), 16384) for f in splitter.feed(stream[i:i + 16384])]
+    frames += splitter.finish()
+    assert [f.raw for f in frames] == [small, big, small]
+    assert frames[1].event.event == "response.completed"

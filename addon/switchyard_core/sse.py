@@ -122,13 +122,14 @@ def parse_frame(raw: bytes) -> SseEvent:
 class FrameSplitter:
     """Feeds on arbitrary chunks, yields complete frames with their raw bytes."""
 
-    __slots__ = ("_buf", "_scan", "_line_start", "_line_has_text")
+    __slots__ = ("_buf", "_scan", "_line_start", "_line_has_text", "_cr_held")
 
     def __init__(self) -> None:
         self._buf = bytearray()
         self._scan = 0  # next byte of _buf not yet examined
         self._line_start = True  # the byte at _scan starts a new line
         self._line_has_text = False  # the current frame has a non-blank line
+        self._cr_held = False  # _buf may hold a CR (then only the general path will do)
 
     @property
     def pending(self) -> int:
@@ -138,8 +139,9 @@ class FrameSplitter:
     def feed(self, chunk: bytes) -> list[Frame]:
         if not chunk:
             return []
-        if b"\r" not in chunk and b"\r" not in self._buf:
+        if not self._cr_held and b"\r" not in chunk:
             return self._feed_lf(chunk)
+        self._cr_held = True
         self._buf += chunk
         frames: list[Frame] = []
         buf = self._buf
@@ -174,6 +176,8 @@ class FrameSplitter:
             del buf[:start]
             i -= start
         self._scan = i
+        if not buf:
+            self._cr_held = False
         return frames
 
     def _feed_lf(self, chunk: bytes) -> list[Frame]:
@@ -185,9 +189,16 @@ class FrameSplitter:
         buf = self._buf
         pos = 0
         if buf:
+            search = len(buf) - 1  # a `\n\n` may straddle what was held and the chunk
             buf += chunk
+            if buf.find(b"\n\n", search) < 0:
+                # nothing ends in this read: keep it without copying what is held, which
+                # would make a frame of megabytes (base64 images) cost its size per read
+                self._scan = len(buf)
+                self._line_start = chunk.endswith(b"\n")
+                self._line_has_text = self._line_has_text or bool(chunk.strip(b"\n"))
+                return []
             data = bytes(buf)
-            search = max(len(data) - len(chunk) - 1, 0)
         else:
             data = chunk
             search = 0
@@ -221,6 +232,7 @@ class FrameSplitter:
         self._scan = 0
         self._line_start = True
         self._line_has_text = False
+        self._cr_held = False
         return tail
 
     def finish(self) -> list[Frame]:
@@ -231,9 +243,7 @@ class FrameSplitter:
 
 def _next_eol(buf: bytearray, i: int, n: int) -> int:
     lf = buf.find(b"\n", i, n)
-    cr = buf.find(b"\r", i, n)
+    cr = buf.find(b"\r", i, lf if lf >= 0 else n)  # only up to the LF: not to the end, line after line
     if lf < 0:
         return cr if cr >= 0 else n
-    if cr < 0:
-        return lf
-    return min(lf, cr)
+    return lf if cr < 0 else cr
