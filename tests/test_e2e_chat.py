@@ -324,6 +324,15 @@ def test_empty_stream_done_only_falls_back(env: Env) -> None:
     assert env.curl(chat_url(env), env.chat_body()).body == BACKUP_BYTES
 
 
+def test_content_only_in_an_unterminated_last_frame_is_no_output_and_falls_back(env: Env) -> None:
+    """The SDKs drop an event that never got its blank line: it was no answer."""
+    tail = wire.chat_chunk({"content": "lost"}).removesuffix(b"\n\n")
+    env.provider.script("primary", Reply.sse(wire.CHAT_ROLE, tail), Reply.sse(wire.CHAT_ROLE, tail))
+    result = env.curl(chat_url(env), env.chat_body())
+    assert result.body == BACKUP_BYTES
+    assert [c.upstream for c in env.provider.calls] == ["primary", "primary", "backup"]
+
+
 def test_cut_after_output_ends_with_an_in_band_error(env: Env) -> None:
     content = wire.chat_chunk({"content": "partial"})
     env.provider.script("primary", Reply.sse(wire.CHAT_ROLE, content))  # EOF, no finish_reason or [DONE]

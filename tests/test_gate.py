@@ -95,6 +95,27 @@ def test_eof_before_output_is_a_retryable_failure() -> None:
     assert step.failure.error.event_type == "eof" and step.failure.error.retryable_hint
 
 
+def test_output_only_in_an_unterminated_last_frame_is_no_output() -> None:
+    """A client dispatches an event at its blank line: content in a last frame
+    without one reaches nobody, so the attempt failed before output (and is retried)."""
+    g = gate()
+    tail = wire.chat_chunk({"content": "hi"}).removesuffix(b"\n\n")
+    assert g.feed(wire.CHAT_ROLE + tail).emit == b""
+    step = g.finish()
+    assert not g.committed and not step.committed and step.emit == b""
+    assert step.failure is not None and step.failure.error is not None
+    assert step.failure.error.event_type == "eof"
+    assert g.held() == wire.CHAT_ROLE + tail  # kept, to show the attempt as it was sent
+
+
+def test_an_unterminated_last_frame_still_says_it_is_a_providers_error() -> None:
+    g = gate()
+    g.feed(wire.CHAT_ROLE + wire.chat_error(400, "bad request", type="invalid_request_error").removesuffix(b"\n\n"))
+    step = g.finish()
+    assert step.failure is not None and step.failure.error is not None
+    assert step.failure.error.message == "bad request"
+
+
 def test_staged_bytes_past_the_limit_commit() -> None:
     g = gate(limit=500)
     step = g.feed(wire.CHAT_ROLE * 3)

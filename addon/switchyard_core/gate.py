@@ -104,10 +104,13 @@ class Gate:
         step.emit += held
 
     def finish(self) -> GateStep:
-        """End of the upstream body."""
+        """End of the upstream body.  Before output it is a failure, retryable: the
+        upstream went away without answering.  An unterminated last frame still says
+        whether it was a provider's error, but it never commits: a client dispatches an
+        event only at its blank line, so output in it would reach nobody."""
         if self._passthrough:
             return GateStep()
-        step = self._frames(self._splitter.finish())
+        step = self._frames(self._splitter.finish(), may_commit=self.committed)
         if not self.committed and step.failure is None:
             step.failure = Classification(FrameKind.FAILURE, "eof", EOF_BEFORE_OUTPUT)
         return step
@@ -127,7 +130,7 @@ class Gate:
         self._splitter.drain()
         return held
 
-    def _frames(self, frames: list[Frame]) -> GateStep:
+    def _frames(self, frames: list[Frame], *, may_commit: bool = True) -> GateStep:
         step = GateStep()
         if not frames:
             return step
@@ -146,7 +149,7 @@ class Gate:
                 return step
             self._staged.append(frame.raw)
             self._staged_size += len(frame.raw)
-            if result.commits or self._staged_size > self._limit:
+            if may_commit and (result.commits or self._staged_size > self._limit):
                 self.committed = True
                 step.committed = True
                 step.first_event = result.event_type if result.commits else "staging_limit"
