@@ -461,6 +461,18 @@ def test_log_lines_name_each_decision_and_never_a_secret(env: Env) -> None:
         assert secret not in whole
 
 
+def test_a_key_echoed_across_the_message_length_cut_is_not_logged_in_part(env: Env) -> None:
+    """Messages are cut to 300 characters before they are logged: the cut can fall
+    inside an echoed key, and the part before the cut is a secret too."""
+    echo = "Incorrect API key provided: ".ljust(290, ".") + CLIENT_SECRET  # the cut falls after "sk-client-"
+    env.provider.script("solo", *[Reply.json(503, {"error": {"message": echo, "type": "server_error"}})] * 2)
+    mark = env.mitm.log_mark()
+    env.curl(chat_url(env, "solo"), env.chat_body())
+    log = env.mitm.wait_for_log("decision=give_up", mark)
+    assert log.count('.....[redacted]"') == 2
+    assert CLIENT_SECRET[:10] not in env.mitm.log()
+
+
 # --- compressed upstream answers --------------------------------------------------------
 
 

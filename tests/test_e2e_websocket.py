@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
+from mitmproxy import io
 
 from tests.support.mitm import Mitmdump, start_mitmdump
 from tests.support.ws_provider import (
@@ -288,6 +290,26 @@ async def test_a_new_turn_during_the_backoff_gets_the_first_turns_failure_first(
     assert upstream.creates == [create("one"), create("two")]
 
 
+async def test_a_failed_attempts_late_failure_is_dropped_after_the_client_moved_on(upstream: WsProvider,
+                                                                                    ws_mitm: Mitmdump) -> None:
+    """The client starts turn 2 during turn 1's backoff; turn 1's `response.failed`
+    comes after that: it is the failed attempt's (by its id), not turn 2's result."""
+    failing = overload_turn("resp_A")  # created, error, response.failed
+    good = answer_turn("resp_B")
+    upstream.script([failing[0], failing[1], 0.6, failing[2]], good)
+    url = upstream.proxied_url.replace("/v1/responses", "/patient/v1/responses")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("one"))
+            await asyncio.sleep(0.3)  # turn 1 failed; its retry waits on a 1.5 s backoff
+            await ws.send_str(create("two"))
+            first = (await ws.receive(timeout=10)).data
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws, wait=2.0)
+    assert first == failing[1]  # the failure turn 1 would have had
+    assert got == good  # and nothing of resp_A after it
+
+
 async def test_a_timed_out_responses_late_answer_never_becomes_the_next_turns(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
     """The client retries at once after the in-band timeout; the silent response then
     wakes up and finishes: all of it is dropped, and turn 2 gets its own answer."""
@@ -367,3 +389,43 @@ async def test_a_failed_attempts_straggler_does_not_stop_the_draining_of_a_silen
     assert held == retry[0]  # what was held of the retry, then the timeout
     assert json.loads(timeout_error)["code"] == "upstream_timeout"
     assert second == fresh
+
+
+async def test_a_route_led_by_another_upstream_keeps_the_websocket_and_says_so(upstream: WsProvider,
+                                                                             tmp_path: Path) -> None:
+    """A WebSocket is not re-aimed: its turns go where the client connected, and the
+    log and the flow's story name that server, not the route's first upstream."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("""\
+version: 1
+defaults: {retries: 1, backoff_ms: 1}
+routes:
+  - name: responses-ws-gateway
+    match: {path: /v1/responses}
+    upstreams:
+      - {name: gateway, url: "http://127.0.0.1:9/v1/responses", retries: 0}
+""")
+    saved = tmp_path / "flows"
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", extra_args=["-w", str(saved)])
+    turns = [create("one"), create("two"), create("three")]
+    upstream.script(overload_turn("resp_1"), answer_turn("resp_2"), answer_turn("resp_3"), answer_turn("resp_4"))
+    try:
+        mark = dump.log_mark()
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(upstream.proxied_url, proxy=dump.proxy_url) as ws:
+                answers = []
+                for turn in turns:
+                    await ws.send_str(turn)
+                    answers.append(await receive_turn(ws))
+        assert answers == [answer_turn("resp_2"), answer_turn("resp_3"), answer_turn("resp_4")]
+        assert upstream.creates == [turns[0], *turns]  # the original server, turn 1 twice (the route's retries)
+        log = dump.wait_for_log("switchyard.retry_answered", mark)
+        assert "switchyard.websocket_stays_with_original route=responses-ws-gateway upstream=gateway" in log
+        assert "switchyard.attempt_failed route=responses-ws-gateway upstream=original" in log
+    finally:
+        dump.stop()
+    with saved.open("rb") as file:
+        story = next(flow.metadata["switchyard"] for flow in io.FlowReader(file).stream() if flow.websocket)
+    assert story["upstream"] == "original"
+    assert [[a["outcome"] for a in turn["attempts"]] for turn in story["turns"]] == [
+        ["retry", "committed"], ["passed_through"], ["passed_through"]]

@@ -9,6 +9,7 @@ from mitmproxy.addons.termlog import TermLogHandler
 from mitmproxy.log import LegacyLogEvents
 
 from switchyard_core import observe
+from switchyard_core.relay.attempt_log import redact
 
 
 @pytest.fixture
@@ -54,3 +55,11 @@ def test_a_logger_set_above_the_level_shows_nothing(tree: tuple[logging.Logger, 
     root.addHandler(logging.NullHandler())
     child.setLevel(logging.INFO)
     assert not observe.shown_anywhere(logging.DEBUG, child)
+
+
+def test_redact_hides_whole_keys_and_a_key_cut_off_at_the_end() -> None:
+    secrets = ("sk-live-0123456789",)
+    assert redact("bad key sk-live-0123456789 given", secrets) == "bad key [redacted] given"
+    assert redact("message cut inside sk-live-01", secrets) == "message cut inside [redacted]"
+    assert redact("ends in sk-", secrets) == "ends in sk-"  # too short to say anything of the key
+    assert redact("nothing here", secrets) == "nothing here"

@@ -44,6 +44,7 @@ from ..sse import SseEvent
 from .rules_keeper import RulesKeeper
 
 TRANSPORT = "websocket"
+PASSED = "passed_through"  # a later turn's outcome: never held, never re-sent
 
 
 def _create_type(message: Any) -> str | None:
@@ -93,7 +94,6 @@ class _Turn:
     suppressing: bool = False  # failures from here on are forwarded, rewritten and logged
     discarding: bool = False  # dropping a failed attempt until the re-sent create goes out
     response_id: str | None = None  # the current attempt's response id, once the server names it
-    stale_ids: set[str] = field(default_factory=set)  # responses of failed attempts: never forwarded
     failure: tuple[bytes, bool] | None = None  # the failure a pending retry replaced
     timer: asyncio.Task[None] | None = None
     story: dict[str, Any] = field(default_factory=dict)
@@ -116,6 +116,8 @@ class _Conn:
     turns: int = 0
     turn: _Turn | None = None
     to_client_in_flight: int = 0  # injected messages not yet relayed to the client
+    # responses of failed attempts: never forwarded, also once the client has started another turn
+    stale_ids: set[str] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     story: dict[str, Any] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()  # credential values of the handshake and the route, never logged
@@ -126,11 +128,15 @@ class _Conn:
 
     @property
     def upstream(self) -> str:
-        return self.route.upstreams[0].name if self.route.upstreams else "original"
+        """Who the turns go to: the server the client connected to.  That is the route's
+        first upstream only when it is `url: original` (a WebSocket is not re-aimed)."""
+        first = self.route.upstreams[0]
+        return first.name if first.is_original else "original"
 
     @property
     def budget(self) -> int:
-        return self.route.upstreams[0].retries if self.route.upstreams else self.route.settings.retries
+        first = self.route.upstreams[0]
+        return first.retries if first.is_original else self.route.settings.retries
 
 
 class WebSocketTurns:
@@ -154,6 +160,12 @@ class WebSocketTurns:
         self._conns[flow.id] = conn
         observe.emit(logging.INFO, "switchyard.websocket_tracked", route=route.name, upstream=conn.upstream,
                      transport=TRANSPORT)
+        first = route.upstreams[0]
+        if not first.is_original:
+            observe.emit(logging.WARNING, "switchyard.websocket_stays_with_original", route=route.name,
+                         upstream=first.name, transport=TRANSPORT,
+                         note="a WebSocket goes to the server the client connected to; the route's upstreams "
+                              "are used for HTTP only")
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         conn = self._conns.pop(flow.id, None)
@@ -216,6 +228,7 @@ class WebSocketTurns:
         if turn.number > 1:
             # later turns are never re-sent, so holding their messages would buy nothing
             turn.committed = turn.suppressing = True
+            turn.story["attempts"][-1]["outcome"] = PASSED
             return
         self._arm_timer(conn, turn)
 
@@ -228,7 +241,7 @@ class WebSocketTurns:
         if turn is None:
             self._deliver(conn, message)
             return
-        if turn.discarding or (turn.stale_ids and _response_id(message) in turn.stale_ids):
+        if turn.discarding or (conn.stale_ids and _response_id(message) in conn.stale_ids):
             message.drop()  # the rest of a failed attempt
             return
         if turn.response_id is None and not turn.committed:
@@ -268,8 +281,7 @@ class WebSocketTurns:
         rid, kind = _response_ref(message)
         if kind is None:
             kind = _create_type(message) if message.is_text else None
-        stale = conn.draining_turn.stale_ids if conn.draining_turn is not None else set()
-        if rid is not None and rid in stale:
+        if rid is not None and rid in conn.stale_ids:
             message.drop()  # an earlier failed attempt's straggler: neither the silent response nor a new one
             return True
         if rid is not None and rid != conn.draining:
@@ -296,8 +308,8 @@ class WebSocketTurns:
         if result.kind is not FrameKind.FAILURE or not turn.suppressing:
             return
         info = result.error
-        pending = turn.story["attempts"][-1]["outcome"] == "pending"
-        if turn.number > 1 and not turn.output and info is not None and pending:
+        first_failure = turn.story["attempts"][-1]["outcome"] == PASSED
+        if turn.number > 1 and not turn.output and info is not None and first_failure:
             self._record_failure(conn, turn, info, "not_resent")  # a later turn: forwarded, never re-sent
         if conn.route.settings.rewrite_capacity_codes and info is not None and info.code in CAPACITY_CODES:
             message.content = rewrite_capacity_codes(message.content)
@@ -353,7 +365,7 @@ class WebSocketTurns:
             turn.held_size = 0
             turn.discarding = True
             if turn.response_id is not None:
-                turn.stale_ids.add(turn.response_id)
+                conn.stale_ids.add(turn.response_id)
             if message is not None:
                 turn.failure = (bytes(message.content), message.is_text)
             self._spawn(conn, self._resend(conn, turn, delay))

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from ..sse import SseEvent
 from .base import Classification, ErrorInfo, FrameKind, StreamState
-from .errors import error_info
+from .errors import MESSAGE_LIMIT, error_info
 
 NAME = "openai-chat"
 
@@ -138,7 +138,7 @@ class ChatStream(StreamState):
         obj = event.json()
         if event.event == "error":
             info = error_info(obj, event_type="error") or ErrorInfo(
-                message=data[:300], event_type="error"
+                message=data[:MESSAGE_LIMIT], event_type="error"
             )
             return Classification(FrameKind.FAILURE, "error", info)
         if not isinstance(obj, dict):

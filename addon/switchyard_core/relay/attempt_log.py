@@ -109,7 +109,16 @@ def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
-    """A provider's error message can echo a key: never log or record it."""
+    """A provider's error message can echo a key: never log or record it.  Messages
+    are cut to a bounded length before they get here, so one may end inside a key:
+    a tail that begins a secret goes too."""
     for secret in secrets:
         text = text.replace(secret, "[redacted]")
+        for kept in range(min(len(secret) - 1, len(text)), PARTIAL_SECRET_MIN - 1, -1):
+            if text.endswith(secret[:kept]):
+                text = text[:-kept] + "[redacted]"
+                break
     return text
+
+
+PARTIAL_SECRET_MIN = 4  # shorter tails ("Bea", "sk-") say nothing of a key
