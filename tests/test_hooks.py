@@ -15,6 +15,7 @@ from mitmproxy.test import taddons, tflow
 
 from switchyard_core.addons import Router, RulesKeeper
 from switchyard_core.relay import TOKEN_HEADER
+from switchyard_core.rules import SHIPPED_RULES
 
 RULES = """\
 version: 1
@@ -189,6 +190,39 @@ def test_a_broken_edit_keeps_the_last_good_rules(rules_file: Path, tmp_path: Pat
             tctx.configure(keeper, switchyard_rules=str(broken))
         assert keeper.rules is good
         assert tctx.options.switchyard_rules == str(rules_file)
+
+
+def test_a_local_rules_file_gone_for_a_moment_never_brings_back_the_shipped_rules(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no `switchyard_rules` set, ./rules.yaml is used; while a checkout or an
+    editor has it deleted, a reload keeps the user's rules and says the file is gone."""
+    monkeypatch.chdir(tmp_path)
+    local = tmp_path / "rules.yaml"
+    local.write_text(RULES)
+    keeper = RulesKeeper()
+    with taddons.context(keeper):
+        keeper.configure({"switchyard_rules"})
+        mine = keeper.rules
+        assert mine is not None and mine.source.resolve() == local.resolve()
+        local.unlink()
+        with pytest.raises(exceptions.CommandError, match="rules.yaml: cannot read rules"):
+            keeper.reload()
+        assert keeper.rules is mine  # not the shipped file's routes
+        local.write_text(RULES.replace("name: chat", "name: chat-again"))
+        keeper.reload()
+        assert [route.name for route in keeper.rules.routes] == ["chat-again"]
+
+
+def test_rules_written_beside_the_shipped_ones_are_taken_on_reload(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    keeper = RulesKeeper()
+    with taddons.context(keeper):
+        keeper.configure({"switchyard_rules"})
+        assert keeper.rules is not None and keeper.rules.source == SHIPPED_RULES
+        (tmp_path / "rules.yaml").write_text(RULES)
+        keeper.reload()
+        assert [route.name for route in keeper.rules.routes] == ["chat"]
 
 
 def test_status_command_lists_routes_upstreams_and_credentials(rules_file: Path) -> None:

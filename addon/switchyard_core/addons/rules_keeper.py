@@ -15,7 +15,7 @@ from mitmproxy import command, ctx, exceptions
 
 from .. import observe
 from ..faults import FaultPlan
-from ..rules import Rules, RulesError, default_rules_path, load_rules
+from ..rules import SHIPPED_RULES, Rules, RulesError, default_rules_path, load_rules
 
 log = logging.getLogger("switchyard")
 
@@ -42,6 +42,15 @@ class RulesKeeper:
     def path(self) -> Path:
         configured = ctx.options.switchyard_rules
         return Path(configured).expanduser() if configured else default_rules_path()
+
+    @property
+    def watched(self) -> Path:
+        """The file reloads read: the one in use.  Without the option, a ./rules.yaml
+        gone for a moment (a checkout, an editor that deletes and rewrites) must not
+        bring back the shipped rules; one that appears while they are in use is taken."""
+        if ctx.options.switchyard_rules or self.rules is None or self.rules.source == SHIPPED_RULES:
+            return self.path
+        return self.rules.source
 
     def configure(self, updated: set[str]) -> None:
         if "switchyard_rules" not in updated:
@@ -81,7 +90,7 @@ class RulesKeeper:
     def _reload(self, *, reason: str) -> str | None:
         """None once the file is applied, else what is wrong with it."""
         try:
-            rules = load_rules(self.path)
+            rules = load_rules(self.watched)
         except RulesError as exc:
             self._mtime = self._current_mtime()
             observe.emit(logging.ERROR if self.rules is None else logging.WARNING,
@@ -117,7 +126,7 @@ class RulesKeeper:
 
     def _current_mtime(self) -> float | None:
         try:
-            return self.path.stat().st_mtime
+            return self.watched.stat().st_mtime
         except OSError:
             return None
 
