@@ -384,6 +384,30 @@ async def test_a_failure_after_output_is_in_the_flows_comment_and_story(tmp_path
         ("committed", 503, None, "provider overloaded", "chunk")]
 
 
+async def test_an_answer_on_the_same_upstreams_retry_is_not_called_a_fallback(tmp_path: Path) -> None:
+    from tests.support import wire
+    from tests.support.fake_provider import FakeProvider, Reply
+
+    provider = FakeProvider().start()
+    try:
+        rules = tmp_path / "rules.yaml"
+        rules.write_text("version: 1\ndefaults: {backoff_ms: 1, pre_answer_keepalive_s: 0}\nroutes:\n  - name: chat\n"
+                         "    match: {path: /primary/v1/chat/completions}\n"
+                         "    upstreams:\n      - {name: primary, url: original, retries: 1}\n")
+        provider.script("primary", Reply.sse(wire.CHAT_ROLE, wire.chat_error(503, "provider overloaded")))
+        with routing(rules) as router:
+            flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions")
+            flow.request.scheme, flow.request.port = "http", provider.ports[0]
+            body = await play(router, flow)
+            status = router.status()
+            router.done()
+    finally:
+        provider.stop()
+    assert body == b"".join(wire.chat_stream(wire.answer_text("primary")))
+    assert flow.comment == "primary: 503 provider overloaded before output → answered on retry"
+    assert "failed_attempts=1, retries_answered=1, fallbacks=0" in status
+
+
 def test_content_view_lists_frames_with_their_classification() -> None:
     from mitmproxy import contentviews
 

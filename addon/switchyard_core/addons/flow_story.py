@@ -103,8 +103,12 @@ def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) ->
         first = failed[0]
         what = _what(first)
         if exchange.answered_by and exchange.outcome == "committed":
-            counters["fallbacks"] += 1
-            flow.comment = f"{first.upstream}: {what} before output → {exchange.answered_by} answered"
+            if exchange.answered_by == first.upstream:
+                counters["retries_answered"] += 1
+                flow.comment = f"{first.upstream}: {what} before output → answered on retry"
+            else:
+                counters["fallbacks"] += 1
+                flow.comment = f"{first.upstream}: {what} before output → {exchange.answered_by} answered"
             flow.marked = ":arrows_counterclockwise:"
         else:
             flow.comment = f"{first.upstream}: {what}; {exchange.outcome}"

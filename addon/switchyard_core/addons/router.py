@@ -254,7 +254,8 @@ class Router:
             lines.append(f"warning: {warning}")
         if self.keeper.faults is not None:
             lines.extend(f"fault: {line}" for line in self.keeper.faults.describe())
-        counts = ", ".join(f"{k}={self.counters[k]}" for k in ("routed", "attempts", "failed_attempts", "fallbacks", "suppressed_failovers"))
+        counts = ", ".join(f"{k}={self.counters[k]}" for k in ("routed", "attempts", "failed_attempts", "retries_answered",
+                                                             "fallbacks", "suppressed_failovers"))
         lines.append(f"counters: {counts}")
         if self.relay is not None:
             relay = self.relay
