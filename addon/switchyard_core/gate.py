@@ -68,10 +68,6 @@ class Gate:
     def complete(self) -> bool:
         return self._classifier.complete
 
-    @property
-    def staged_size(self) -> int:
-        return self._staged_size
-
     def feed(self, chunk: bytes) -> GateStep:
         if self._passthrough:
             return GateStep(emit=chunk)

@@ -347,7 +347,7 @@ class WebSocketTurns:
                 tries_used=turn.attempt,
                 budget=conn.budget,
                 has_next=False,
-                timed_out=timed_out,
+                timed_out=False,
                 retry_after=None,  # a WebSocket message carries no Retry-After header
                 backoff_ms=settings.backoff_ms,
                 max_backoff_ms=settings.max_backoff_ms,

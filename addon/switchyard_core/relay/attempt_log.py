@@ -15,14 +15,14 @@ from .. import observe
 from ..protocols import ErrorInfo
 from ..rules import Upstream
 from .exchange import AttemptRecord, Exchange
-from .upstream import secret_header_names
+from .upstream import CREDENTIAL_HEADERS
 
 
 class AttemptLog:
-    def __init__(self, exchange: Exchange, api: str) -> None:
+    def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
         self.route = exchange.route.name
-        self.api = api
+        self.api = exchange.route.api
         self._secrets = secret_values(exchange.request.headers, exchange.route.upstreams)
         self._quiet_commit: tuple[AttemptRecord, str] | None = None
 
@@ -99,7 +99,7 @@ class AttemptLog:
 def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable[Upstream]) -> tuple[str, ...]:
     """Credential values an exchange carries: the client's, and its upstreams' own
     (their `auth` and any header filled in from the environment)."""
-    values = [value for name, value in client_headers if name.lower() in secret_header_names(None)]
+    values = [value for name, value in client_headers if name.lower() in CREDENTIAL_HEADERS]
     for upstream in upstreams:
         if upstream.auth is not None:
             values.append(upstream.auth[1])

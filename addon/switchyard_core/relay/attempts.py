@@ -48,7 +48,6 @@ WHOLE_BODY_MIN_LIMIT = 64 * 1024 * 1024  # non-streaming answers are held whole 
 @dataclass(slots=True)
 class _Failed:
     info: ErrorInfo
-    decision: Decision
     plan: Plan
     timed_out: bool = False
 
@@ -83,7 +82,7 @@ class AttemptLoop:
         self.policy = ErrorPolicy(self.settings.retry_on)
         self.http = http
         self.client = ClientStream(sink, self.api)
-        self.log = AttemptLog(exchange, self.api.name)
+        self.log = AttemptLog(exchange)
         self._last_answered: _Answered | None = None
 
     # --- the loop -------------------------------------------------------------------
@@ -188,7 +187,7 @@ class AttemptLoop:
             backoff_ms=self.settings.backoff_ms,
             max_backoff_ms=self.settings.max_backoff_ms,
         )
-        failed = _Failed(info, decision, plan, timed_out)
+        failed = _Failed(info, plan, timed_out)
         record = attempt.record
         record.status, record.code, record.message = info.status, info.code or info.type, self.log.redact(info.message)
         record.event_type = info.event_type

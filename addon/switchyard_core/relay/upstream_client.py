@@ -85,7 +85,7 @@ class UpstreamClient:
         while True:
             connection = self._pooled(key)
             if connection is None:
-                connection = await self._connect(scheme, host, port, authority, connect_timeout_s)
+                connection = await self._connect(scheme, host, port, connect_timeout_s)
             try:
                 return await connection.send(head, request.body, request.method)
             except ConnectionBroke:
@@ -96,7 +96,7 @@ class UpstreamClient:
                 connection.abort()
                 raise
 
-    async def _connect(self, scheme: str, host: str, port: int, authority: str, timeout_s: float) -> UpstreamConnection:
+    async def _connect(self, scheme: str, host: str, port: int, timeout_s: float) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
         key = (scheme, host, port)
         connection: UpstreamConnection | None = None

@@ -234,13 +234,13 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 # --- resolution -------------------------------------------------------------
 
 
-def _expand(text: str, missing: set[str], broken: set[str] | None = None) -> str:
+def _expand(text: str, missing: set[str], broken: set[str]) -> str:
     def sub(found: re.Match[str]) -> str:
         value = os.environ.get(found.group(1))
         if value is None or value == "":
             missing.add(found.group(1))
             return ""
-        if broken is not None and any(c in value for c in "\r\n\0"):
+        if any(c in value for c in "\r\n\0"):
             broken.add(found.group(1))  # would split a header: never sent
             return ""
         return value
