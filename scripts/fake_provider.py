@@ -24,7 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "addon"))
 
-from switchyard_core.faults import OVERLOAD_TEXT, error_body, error_frame  # noqa: E402
+from switchyard_core.faults import error_body, error_frame  # noqa: E402
+from switchyard_core.protocols.openai_responses import OVERLOAD_OUTPUT_TEXT  # noqa: E402
 from tests.support.fake_provider import RESET, FakeProvider, Reply  # noqa: E402
 
 KINDS = ("sse_503", "sse_429", "http_503", "http_429", "http_529", "overload_message", "response_failed", "reset", "stall")
@@ -39,9 +40,9 @@ def failing_reply(kind: str, api: str) -> Reply:
         status = int(kind[5:])
         return Reply(status, [error_body(api, status, "provider overloaded")], content_type="application/json")
     if kind == "overload_message":
-        return Reply.sse(error_frame(api, "overload_message", 503, OVERLOAD_TEXT))
+        return Reply.sse(error_frame(api, "overload_message", 503, OVERLOAD_OUTPUT_TEXT))
     if kind == "response_failed":
-        return Reply.sse(error_frame(api, "response_failed", 503, "Our servers are currently overloaded. Please try again later."))
+        return Reply.sse(error_frame(api, "response_failed", 503, OVERLOAD_OUTPUT_TEXT))
     if kind == "reset":
         return Reply.sse(RESET)
     if kind == "stall":

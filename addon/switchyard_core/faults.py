@@ -21,11 +21,13 @@ from multidict import CIMultiDict, CIMultiDictProxy
 if TYPE_CHECKING:
     from .relay.upstream import Answer
 from .body import Body
+from .protocols import APIS
+from .protocols.anthropic_messages import NAME as ANTHROPIC
+from .protocols.openai_responses import NAME as RESPONSES, OVERLOAD_OUTPUT_TEXT
 from .rules.schema import FaultSpec
 from .sse import Frame, FrameSplitter
 
 IN_BODY_KINDS = frozenset({"sse_error", "response_failed", "overload_message"})
-OVERLOAD_TEXT = "Our servers are currently overloaded. Please try again later."
 DEFAULT_STATUS = 503
 DEFAULT_MESSAGE = "provider overloaded (switchyard fault)"
 
@@ -84,25 +86,36 @@ def _anthropic_type(status: int) -> str:
     }.get(status, "api_error" if status >= 500 else "invalid_request_error")
 
 
+def _code_and_type(api: str, status: int) -> tuple[str, str]:
+    """What a provider of this API calls an error of `status` (Anthropic's carry a type only)."""
+    if api == ANTHROPIC:
+        error_type = _anthropic_type(status)
+        return error_type, error_type
+    return _openai_code(status), "server_error" if status >= 500 else "invalid_request_error"
+
+
 def _sse(event: str | None, payload: object) -> bytes:
     head = f"event: {event}\n".encode() if event else b""
     return head + b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
 def error_frame(api: str, kind: str, status: int, message: str) -> bytes:
-    """The in-stream failure a provider of this API would send."""
-    if api == "anthropic-messages":
+    """The in-stream failure a provider of this API would send.  Anthropic's is the
+    shape of Switchyard's own error event; OpenAI's providers send other shapes than
+    Switchyard's (a chunk with a numeric code, an error without the flat fields)."""
+    if api == ANTHROPIC:
         if kind == "overload_message":
             return _sse("error", {"type": "error", "error": {"message": message}})
-        return _sse("error", {"type": "error", "error": {"type": _anthropic_type(status), "message": message}})
-    if api == "openai-responses":
+        return APIS[api].error_event(message, *_code_and_type(api, status))
+    if api == RESPONSES:
         if kind == "overload_message":
             return _sse("error", {"type": "error", "code": None, "message": message, "param": None, "sequence_number": 0})
-        error = {"code": _openai_code(status), "message": message}
+        code, error_type = _code_and_type(api, status)
+        error = {"code": code, "message": message}
         if kind == "response_failed":
             response = {"id": "resp_switchyard_fault", "object": "response", "status": "failed", "error": error, "output": []}
             return _sse("response.failed", {"type": "response.failed", "sequence_number": 0, "response": response})
-        nested = {"type": "server_error" if status >= 500 else "invalid_request_error", **error, "param": None}
+        nested = {"type": error_type, **error, "param": None}
         return _sse("error", {"type": "error", "error": nested, "sequence_number": 0})
     if kind == "overload_message":
         return _sse(None, {"error": {"message": message}})
@@ -111,10 +124,8 @@ def error_frame(api: str, kind: str, status: int, message: str) -> bytes:
 
 
 def error_body(api: str, status: int, message: str) -> bytes:
-    if api == "anthropic-messages":
-        return json.dumps({"type": "error", "error": {"type": _anthropic_type(status), "message": message}}).encode()
-    kind = "server_error" if status >= 500 else "invalid_request_error"
-    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": _openai_code(status)}}).encode()
+    """The error body a provider of this API sends with `status`."""
+    return APIS[api].error_body(message, *_code_and_type(api, status))
 
 
 class FaultyAnswer:
@@ -129,7 +140,7 @@ class FaultyAnswer:
         self._spec = spec
         self._api = api
         self._status_code = spec.status or DEFAULT_STATUS
-        default = OVERLOAD_TEXT if spec.kind == "overload_message" else DEFAULT_MESSAGE
+        default = OVERLOAD_OUTPUT_TEXT if spec.kind == "overload_message" else DEFAULT_MESSAGE
         self._message = spec.message or default
         self._passed = 0
         self._splitter = FrameSplitter()

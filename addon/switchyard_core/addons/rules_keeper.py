@@ -17,8 +17,6 @@ from .. import observe
 from ..faults import FaultPlan
 from ..rules import SHIPPED_RULES, Rules, RulesError, default_rules_path, load_rules
 
-log = logging.getLogger("switchyard")
-
 WATCH_INTERVAL_S = 1.0
 
 
@@ -62,8 +60,9 @@ class RulesKeeper:
             self._apply(load_rules(self.path))
         except RulesError as exc:
             if self.rules is None:
-                # At start-up an ERROR log makes mitmdump exit with status 1.
-                log.error("switchyard.rules_invalid %s", exc)
+                # At start-up an ERROR log makes mitmdump exit with status 1.  Raw, not
+                # `observe.emit`: the file's problems are listed one per line
+                observe.log.error("switchyard.rules_invalid %s", exc)
                 return
             raise exceptions.OptionsError(f"switchyard: {exc} (keeping the last good rules)") from None
 
@@ -111,7 +110,7 @@ class RulesKeeper:
         self.faults = FaultPlan(rules.faults) if rules.faults else None
         self._mtime = self._current_mtime()
         for warning in rules.warnings:
-            log.warning("switchyard.rules_warning %s", warning)
+            observe.emit(logging.WARNING, "switchyard.rules_warning", warning=warning)
         observe.emit(
             logging.INFO,
             "switchyard.rules_loaded" if first else "switchyard.rules_reloaded",
@@ -121,8 +120,8 @@ class RulesKeeper:
         )
         if self.faults is not None:
             # failures made on purpose fail real requests for as long as they are in the file
-            for line in self.faults.describe():
-                log.warning("switchyard.fault_active %s", line)
+            for line in self.faults.describe():  # already key=value, as `switchyard.status` shows it
+                observe.log.warning("switchyard.fault_active %s", line)
 
     def _current_mtime(self) -> float | None:
         try:

@@ -47,32 +47,31 @@ TRANSPORT = "websocket"
 PASSED = "passed_through"  # a later turn's outcome: never held, never re-sent
 
 
-def _create_type(message: Any) -> str | None:
-    if not message.is_text:
-        return None
-    try:
-        obj = json.loads(message.content)
-    except (ValueError, RecursionError):
-        return None
-    kind = obj.get("type") if isinstance(obj, dict) else None
-    return kind if isinstance(kind, str) else None
-
-
 def _response_ref(message: Any) -> tuple[str | None, str | None]:
-    """The id of the response a server message belongs to, when it names one, and the message's type."""
-    if not message.is_text or b'"resp' not in message.content:
+    """The id of the response a message belongs to, when it names one, and the
+    message's type: both from one parse."""
+    if not message.is_text:
         return None, None
     try:
         obj = json.loads(message.content)
     except (ValueError, RecursionError):
         return None, None
-    response = obj.get("response") if isinstance(obj, dict) else None
+    if not isinstance(obj, dict):
+        return None, None
+    response = obj.get("response")
     found = response.get("id") if isinstance(response, dict) else None
-    kind = obj.get("type") if isinstance(obj, dict) else None
+    kind = obj.get("type")
     return (found if isinstance(found, str) else None), (kind if isinstance(kind, str) else None)
 
 
+def _message_type(message: Any) -> str | None:
+    return _response_ref(message)[1]
+
+
 def _response_id(message: Any) -> str | None:
+    """Most server messages are deltas, which name no response: those are not parsed."""
+    if not message.is_text or b'"resp' not in message.content:
+        return None
     return _response_ref(message)[0]
 
 
@@ -209,7 +208,7 @@ class WebSocketTurns:
             self._arm_timer(conn, turn)
 
     def _from_client(self, conn: _Conn, message: Any) -> None:
-        if _create_type(message) != "response.create":
+        if _message_type(message) != "response.create":
             return
         previous = conn.turn
         if previous is not None:
@@ -279,8 +278,6 @@ class WebSocketTurns:
         the next turn's (a create rejected with 429), so it passes, and ends the
         draining (the silent response may have died with one like it)."""
         rid, kind = _response_ref(message)
-        if kind is None:
-            kind = _create_type(message) if message.is_text else None
         if rid is not None and rid in conn.stale_ids:
             message.drop()  # an earlier failed attempt's straggler: neither the silent response nor a new one
             return True

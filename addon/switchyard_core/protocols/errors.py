@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from .base import ErrorInfo
@@ -139,11 +139,15 @@ def http_error_info(status: int, body: bytes) -> ErrorInfo:
     except (ValueError, RecursionError):
         pass
     if info is not None:
-        return ErrorInfo(
-            status=status, code=info.code, type=info.type, message=info.message, event_type="http"
-        )
+        return replace(info, status=status, event_type="http")
     text = body.decode("utf-8", errors="replace").strip()
     return ErrorInfo(status=status, message=text[:MESSAGE_LIMIT], event_type="http")
+
+
+def openai_error_body(message: str, code: str, error_type: str | None = None) -> bytes:
+    """An error body as OpenAI's APIs (Chat and Responses alike) send one."""
+    error = {"message": message, "type": error_type or "server_error", "param": None, "code": code}
+    return json.dumps({"error": error}).encode()
 
 
 def has_overload_text(message: str) -> bool:

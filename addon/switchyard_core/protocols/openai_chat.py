@@ -9,13 +9,13 @@ delta fails closed as output.
 
 from __future__ import annotations
 
-import json
 import re
+from dataclasses import replace
 from typing import Any, Mapping
 
 from ..sse import SseEvent
 from .base import Classification, ErrorInfo, FrameKind, StreamState
-from .errors import MESSAGE_LIMIT, error_info
+from .errors import MESSAGE_LIMIT, error_info, openai_error_body
 
 NAME = "openai-chat"
 
@@ -71,16 +71,9 @@ def _choice_error(choice: Mapping[str, Any], top: Mapping[str, Any]) -> ErrorInf
     found = error_info(choice) or error_info(top)
     reason = choice.get("finish_reason")
     if found is not None:
-        return ErrorInfo(
-            status=found.status,
-            code=found.code,
-            type=found.type,
-            message=found.message,
-            event_type="finish_reason",
-            # the finish reason vouches for "transient" only when the error gives
-            # no status of its own: a 400 beside it stays fatal (DESIGN §3)
-            retryable_hint=found.status is None,
-        )
+        # the finish reason vouches for "transient" only when the error gives
+        # no status of its own: a 400 beside it stays fatal (DESIGN §3)
+        return replace(found, event_type="finish_reason", retryable_hint=found.status is None)
     if reason == "insufficient_system_resource":
         return ErrorInfo(
             code="insufficient_system_resource",
@@ -203,5 +196,4 @@ class OpenAIChat:
         return b"data: " + self.error_body(message, code, error_type) + b"\n\n"
 
     def error_body(self, message: str, code: str, error_type: str | None = None) -> bytes:
-        error = {"message": message, "type": error_type or "server_error", "param": None, "code": code}
-        return json.dumps({"error": error}).encode()
+        return openai_error_body(message, code, error_type)

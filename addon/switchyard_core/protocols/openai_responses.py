@@ -14,11 +14,12 @@ saying `error` is enough.  Anything not recognised fails closed as output.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any, Mapping
 
 from ..sse import SseEvent
 from .base import carries_text, Classification, ErrorInfo, FrameKind, StreamState
-from .errors import MESSAGE_LIMIT, error_info
+from .errors import MESSAGE_LIMIT, error_info, openai_error_body
 
 NAME = "openai-responses"
 
@@ -125,14 +126,7 @@ def failed_info(obj: Any, *, event_type: str = "response.failed") -> ErrorInfo:
         return ErrorInfo(
             message=top_message or event_type, event_type=event_type, retryable_hint=True
         )
-    return ErrorInfo(
-        status=found.status,
-        code=found.code,
-        type=found.type,
-        message=found.message or top_message,
-        event_type=event_type,
-        retryable_hint=True,
-    )
+    return replace(found, message=found.message or top_message, event_type=event_type, retryable_hint=True)
 
 
 class ResponsesStream(StreamState):
@@ -253,5 +247,4 @@ class OpenAIResponses:
         return b"event: error\ndata: " + error_event_payload(message, code, error_type) + b"\n\n"
 
     def error_body(self, message: str, code: str, error_type: str | None = None) -> bytes:
-        error = {"message": message, "type": error_type or "server_error", "param": None, "code": code}
-        return json.dumps({"error": error}).encode()
+        return openai_error_body(message, code, error_type)

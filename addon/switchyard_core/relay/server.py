@@ -399,7 +399,7 @@ class Relay:
             observe.emit(logging.INFO, "switchyard.client_gone", route=exchange.route.name, attempts=len(exchange.attempts))
             raise
         except Exception as exc:  # a bug must cost one request, never the proxy
-            logging.getLogger("switchyard").exception("switchyard.internal_error route=%s", exchange.route.name)
+            observe.log.exception(observe.format_event("switchyard.internal_error", route=exchange.route.name))
             exchange.outcome = "internal_error"
             loop.fail_internally(type(exc).__name__)
         finally:

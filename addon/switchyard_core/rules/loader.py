@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from difflib import get_close_matches
@@ -49,18 +49,13 @@ class AttemptSettings:
     retry_on: frozenset[int] = DEFAULT_RETRY_ON
 
     def overlay(self, spec: Settings) -> "AttemptSettings":
+        """These settings with those `spec` sets (a route's over the defaults)."""
         changes: dict[str, Any] = {}
         for name in Settings.model_fields:
             value = getattr(spec, name)
             if value is not None:
                 changes[name] = frozenset(value) if name == "retry_on" else value
-        return _replace(self, changes)
-
-
-def _replace(settings: AttemptSettings, changes: dict[str, Any]) -> AttemptSettings:
-    values = {name: getattr(settings, name) for name in AttemptSettings.__slots__}
-    values.update(changes)
-    return AttemptSettings(**values)
+        return replace(self, **changes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +159,11 @@ def _line_of(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int:
     return 1
 
 
+def field_problem(path: Path, lines: dict[tuple[Any, ...], int], loc: tuple[Any, ...], message: str) -> str:
+    """One problem as the user reads it: file, line, field, what is wrong."""
+    return f"{path}:{_line_of(loc, lines)}: {_field_name(loc)}: {message}"
+
+
 def _compose(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -206,7 +206,7 @@ def _problems(path: Path, exc: ValidationError, lines: dict[tuple[Any, ...], int
                 message += f" (did you mean {close[0]}?)"
         elif error["type"] == "value_error":
             message = message.removeprefix("Value error, ")
-        found.append((_line_of(loc, lines), f"{path}:{_line_of(loc, lines)}: {_field_name(loc)}: {message}"))
+        found.append((_line_of(loc, lines), field_problem(path, lines, loc, message)))
     return "\n".join(text for _, text in sorted(found, key=lambda item: item[0]))
 
 
@@ -306,14 +306,11 @@ def _is_http_url(url: str) -> bool:
     return re.match(r"^https?://[^/\s]+", url) is not None
 
 
-def _check_url(url: str, field_loc: tuple[Any, ...], path: Path, lines: dict) -> None:
+def _check_url(url: str, field_loc: tuple[Any, ...], path: Path, lines: dict[tuple[Any, ...], int]) -> None:
     if url == "original" or "${" in url:
         return
     if not _is_http_url(url):
-        line = _line_of(field_loc, lines)
-        raise RulesError(
-            f"{path}:{line}: {_field_name(field_loc)}: must be `original` or an http(s) URL, got {url!r}"
-        )
+        raise RulesError(field_problem(path, lines, field_loc, f"must be `original` or an http(s) URL, got {url!r}"))
 
 
 def load_rules(path: Path) -> Rules:
@@ -331,7 +328,7 @@ def load_rules(path: Path) -> Rules:
         raise RulesError(_problems(path, exc, lines)) from None
 
     def fail(loc: tuple[Any, ...], message: str) -> RulesError:
-        return RulesError(f"{path}:{_line_of(loc, lines)}: {_field_name(loc)}: {message}")
+        return RulesError(field_problem(path, lines, loc, message))
 
     defaults = AttemptSettings().overlay(parsed.defaults)
     warnings: list[str] = []
