@@ -20,9 +20,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from switchyard_core.relay import server as relay_server
+from switchyard_core.relay import TOKEN_HEADER, Relay, relay_connection
 from switchyard_core.relay.exchange import Exchange, OriginalRequest
-from switchyard_core.relay.server import TOKEN_HEADER, Relay
 from switchyard_core.relay.upstream_client import UpstreamClient
 from switchyard_core.rules.loader import AttemptSettings, Route, Upstream
 from tests.support.scripted_server import (LAST_CHUNK, WAIT_S, Flood, Peer, Server, answering, chunk, chunked_head,
@@ -139,7 +138,7 @@ async def test_an_error_body_that_breaks_off_reaches_the_client_broken_off(relay
 
 async def test_a_request_that_never_completes_does_not_hold_the_connection(
         relay: Relay, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(relay_server, "REQUEST_READ_S", 0.3)
+    monkeypatch.setattr(relay_connection, "REQUEST_READ_S", 0.3)
     reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
     writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")  # and never the rest
     await writer.drain()

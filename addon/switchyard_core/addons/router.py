@@ -24,7 +24,7 @@ from mitmproxy.http import Headers
 from .. import observe
 from ..observe import METADATA_KEY
 from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Exchange, OriginalRequest, Relay, UpstreamClient
-from ..relay.server import reason_phrase
+from ..relay.relay_connection import reason_phrase
 from ..relay.upstream import redact_query
 from .flow_story import DisplayCopy, annotate, restore, show_attempts
 from .relay_streams import relay_streams
