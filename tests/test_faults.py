@@ -8,9 +8,10 @@ from collections.abc import Callable, Mapping
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from switchyard_core.body import Body
-from switchyard_core.faults import FaultPlan, FaultyAnswer
+from switchyard_core.faults import FaultPlan
 from switchyard_core.protocols import APIS, Decision, ErrorPolicy, FrameKind
+from switchyard_core.relay.body import Body
+from switchyard_core.relay.faulty_answer import FaultyAnswer
 from switchyard_core.rules.schema import FaultSpec
 from switchyard_core.sse import FrameSplitter
 from tests.support import wire

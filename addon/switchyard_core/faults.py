@@ -1,31 +1,24 @@
-"""Failures on purpose (`faults:` in rules.yaml), shaped for the route's API.
+"""Failures on purpose (`faults:` in rules.yaml): which attempt gets one, and the
+errors shaped for the route's API.
 
 A fault never invents an upstream: the real request is sent, and the fault
 replaces its answer (`http_error`) or truncates it after `after_frames` real
 frames and then adds an error (`sse_error`, `response_failed`,
 `overload_message`), a connection reset (`reset`) or silence (`stall`).  The
-attempt loop reads a `FaultyAnswer` exactly as it reads a real one, so an
-injected failure exercises the same paths a provider's would.
+attempt loop reads a `relay.faulty_answer.FaultyAnswer` exactly as it reads a
+real answer, so an injected failure exercises the same paths a provider's would.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from multidict import CIMultiDict, CIMultiDictProxy
-
-if TYPE_CHECKING:
-    from .relay.upstream import Answer
-from .body import Body
 from .protocols import APIS
 from .protocols.anthropic_messages import NAME as ANTHROPIC
-from .protocols.openai_responses import NAME as RESPONSES, OVERLOAD_OUTPUT_TEXT
+from .protocols.openai_responses import NAME as RESPONSES
 from .rules.schema import FaultSpec
-from .sse import Frame, FrameSplitter
 
 IN_BODY_KINDS = frozenset({"sse_error", "response_failed", "overload_message"})
 DEFAULT_STATUS = 503
@@ -126,83 +119,3 @@ def error_frame(api: str, kind: str, status: int, message: str) -> bytes:
 def error_body(api: str, status: int, message: str) -> bytes:
     """The error body a provider of this API sends with `status`."""
     return APIS[api].error_body(message, *_code_and_type(api, status))
-
-
-class FaultyAnswer:
-    """A real upstream answer with a fault applied; read like a real one.
-
-    A filter between the real answer's body and its own: the real bytes are
-    piped in as they arrive, cut at the fault point, and followed by the
-    fault's ending."""
-
-    def __init__(self, real: Answer, spec: FaultSpec, api: str) -> None:
-        self._real = real
-        self._spec = spec
-        self._api = api
-        self._status_code = spec.status or DEFAULT_STATUS
-        default = OVERLOAD_OUTPUT_TEXT if spec.kind == "overload_message" else DEFAULT_MESSAGE
-        self._message = spec.message or default
-        self._passed = 0
-        self._splitter = FrameSplitter()
-        self._done = False
-        self.body = Body(producer=self)
-        streaming = "text/event-stream" in real.headers.get("Content-Type", "").lower()
-        if spec.kind == "http_error" or (not streaming and spec.kind in IN_BODY_KINDS):
-            # an HTTP error; or, on a non-streaming answer, the same error inside a
-            # 200 JSON body (as OpenRouter sends them), which a frame could not be
-            self.status = self._status_code if spec.kind == "http_error" else real.status
-            self.headers: Mapping[str, str] = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json"}))
-            self._done = True
-            self.body.feed(error_body(api, self._status_code, self._message))
-            self.body.end()
-            return
-        self.status = real.status
-        self.headers = real.headers
-        if spec.after_frames == 0:
-            self._fire()
-            return
-        real.body.pipe(self._on_real).add_done_callback(self._on_real_end)
-
-    def _on_real(self, chunk: bytes) -> None:
-        if self._done:
-            return
-        self._pass(self._splitter.feed(chunk))
-
-    def _on_real_end(self, finished: asyncio.Future[BaseException | None]) -> None:
-        if self._done or finished.cancelled():
-            return
-        self._pass(self._splitter.finish())
-        if not self._done:  # the real answer ended (or broke) before the fault point
-            self._fire()
-
-    def _pass(self, frames: list[Frame]) -> None:
-        out: list[bytes] = []
-        for frame in frames:
-            out.append(frame.raw)
-            self._passed += 1
-            if self._passed >= self._spec.after_frames:
-                break
-        self.body.feed(b"".join(out))
-        if self._passed >= self._spec.after_frames:
-            self._fire()
-
-    def _fire(self) -> None:
-        """The fault point: the real answer is cut here and the fault's ending follows."""
-        self._done = True
-        kind = self._spec.kind
-        if kind == "stall":
-            return  # nothing more, ever: until a timeout or the client ends it
-        if kind == "reset":
-            self.body.end(ConnectionResetError("connection reset (switchyard fault)"))
-            return
-        self.body.feed(error_frame(self._api, kind, self._status_code, self._message))
-        self.body.end()
-
-    def pause_reading(self) -> None:
-        self._real.body.hold(True)
-
-    def resume_reading(self) -> None:
-        self._real.body.hold(False)
-
-    def close(self) -> None:
-        self._real.close()

@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .. import observe
-from ..faults import FaultyAnswer
 from ..gate import SAID_NOTHING, Gate, GateStep
 from ..protocols import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
 from ..protocols.errors import http_error_info
@@ -26,6 +25,7 @@ from ..rules import Upstream
 from .attempt_log import AttemptLog
 from .client_side import ClientSink, ClientStream
 from .exchange import AttemptRecord, Exchange
+from .faulty_answer import FaultyAnswer
 from .retry import Plan, plan_after_failure, retry_after_s
 from .silence import Silence
 from .upstream_client import UpstreamClient

@@ -13,7 +13,7 @@ import asyncio
 from typing import Protocol
 
 from ..protocols import Api
-from ..body import Body
+from .body import Body
 
 SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache")]
 KEEPALIVE_FRAME = b": switchyard keepalive\n\n"

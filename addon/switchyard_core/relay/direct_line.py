@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ..body import Body
+from .body import Body
 
 # while mitmproxy is not reading: how soon to look again, then less and less often
 # (a client that stopped reading for good must not keep the loop busy)

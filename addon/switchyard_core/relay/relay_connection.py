@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import httptools
 
-from ..body import Body
+from .body import Body
 from .direct_line import DirectLine
 from .exchange import AnswerHead, Exchange
 

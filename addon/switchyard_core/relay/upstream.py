@@ -21,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit, parse_qsl, urlencode
 
 from ..protocols.base import ErrorInfo
 from ..rules import Upstream
-from ..body import Body
+from .body import Body
 from .exchange import OriginalRequest
 
 # Never forwarded: connection-level, recomputed, or ours.
@@ -211,7 +211,7 @@ class ConnectionBroke(ConnectionError):
 class Answer(Protocol):
     """An upstream's answer as the attempt loop reads it: status, headers, body.
 
-    The seam where faults are injected (`faults.FaultyAnswer` wraps a real
+    The seam where faults are injected (`faulty_answer.FaultyAnswer` wraps a real
     answer), so the loop never knows whether a failure was real.
     """
 

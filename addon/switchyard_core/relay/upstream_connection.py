@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from ..body import Body
+from .body import Body
 from .upstream import ConnectionBroke
 
 if TYPE_CHECKING:
