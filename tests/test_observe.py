@@ -9,7 +9,7 @@ from mitmproxy.addons.termlog import TermLogHandler
 from mitmproxy.log import LegacyLogEvents
 
 from switchyard_core import observe
-from switchyard_core.relay.attempt_log import redact
+from switchyard_core.redaction import redact
 
 
 @pytest.fixture

@@ -37,8 +37,8 @@ from ..observe import METADATA_KEY
 from ..protocols import Decision, ErrorInfo, ErrorPolicy, FrameKind
 from ..protocols.errors import CAPACITY_CODES, rewrite_capacity_codes
 from ..protocols.openai_responses import NAME as RESPONSES, ResponsesStream, error_event_payload
-from ..relay.attempt_log import redact, secret_values
-from ..relay.retry import plan_after_failure
+from ..redaction import redact, secret_values
+from ..retry import plan_after_failure
 from ..rules.loader import Route
 from ..sse import SseEvent
 from .rules_keeper import RulesKeeper

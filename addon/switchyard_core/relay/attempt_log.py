@@ -9,13 +9,11 @@ can echo a key; every credential value the exchange carries is replaced by
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 from .. import observe
 from ..protocols import ErrorInfo
-from ..rules import Upstream
+from ..redaction import redact, secret_values
 from .exchange import AttemptRecord, Exchange
-from .upstream import CREDENTIAL_HEADERS
 
 
 class AttemptLog:
@@ -94,31 +92,3 @@ class AttemptLog:
     def exhausted(self, message: str) -> None:
         observe.emit(logging.WARNING, "switchyard.exhausted", route=self.route,
                      attempts=len(self.exchange.attempts), message=self.redact(message))
-
-
-def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable[Upstream]) -> tuple[str, ...]:
-    """Credential values an exchange carries: the client's, and its upstreams' own
-    (their `auth` and any header filled in from the environment)."""
-    values = [value for name, value in client_headers if name.lower() in CREDENTIAL_HEADERS]
-    for upstream in upstreams:
-        if upstream.auth is not None:
-            values.append(upstream.auth[1])
-        values += [value for name, value in upstream.headers if name.lower() in upstream.secret_headers]
-    found = {part for value in values for part in (value, *value.split()) if len(part) >= 8}
-    return tuple(sorted(found, key=len, reverse=True))
-
-
-def redact(text: str, secrets: tuple[str, ...]) -> str:
-    """A provider's error message can echo a key: never log or record it.  Messages
-    are cut to a bounded length before they get here, so one may end inside a key:
-    a tail that begins a secret goes too."""
-    for secret in secrets:
-        text = text.replace(secret, "[redacted]")
-        for kept in range(min(len(secret) - 1, len(text)), PARTIAL_SECRET_MIN - 1, -1):
-            if text.endswith(secret[:kept]):
-                text = text[:-kept] + "[redacted]"
-                break
-    return text
-
-
-PARTIAL_SECRET_MIN = 4  # shorter tails ("Bea", "sk-") say nothing of a key

@@ -21,12 +21,12 @@ from .. import observe
 from ..gate import SAID_NOTHING, Gate, GateStep
 from ..protocols import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
 from ..protocols.errors import http_error_info
+from ..retry import Plan, plan_after_failure, retry_after_s
 from ..rules import Upstream
 from .attempt_log import AttemptLog
 from .client_side import ClientSink, ClientStream
 from .exchange import AttemptRecord, Exchange
 from .faulty_answer import FaultyAnswer
-from .retry import Plan, plan_after_failure, retry_after_s
 from .silence import Silence
 from .upstream_client import UpstreamClient
 from .upstream import (

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit, parse_qsl, urlencode
 
 
 from ..protocols.base import ErrorInfo
+from ..redaction import CREDENTIAL_HEADERS
 from ..rules import Upstream
 from .body import Body
 from .exchange import OriginalRequest
@@ -41,19 +42,6 @@ _HOP_BY_HOP = frozenset(
     }
 )
 
-# The client's credentials: never sent to an upstream on another origin.
-CREDENTIAL_HEADERS = frozenset(
-    {
-        "authorization",
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-        "cookie",
-        "openai-organization",
-        "openai-project",
-        "anthropic-admin-api-key",
-    }
-)
 _CREDENTIAL_QUERY = frozenset({"key", "api_key", "api-key", "apikey"})
 
 # Response headers that describe the upstream's framing, not the content we relay.
