@@ -44,6 +44,8 @@ class FaultPlan:
         return lines
 
     def pick(self, route: str, upstream: str) -> FaultSpec | None:
+        """The first matching fault wins; its rate is drawn per attempt, and its count
+        restarts with each new set of rules (a new FaultPlan)."""
         for index, spec in enumerate(self.specs):
             if spec.route != route or (spec.upstream is not None and spec.upstream != upstream):
                 continue

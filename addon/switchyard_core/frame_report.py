@@ -19,7 +19,7 @@ PREVIEW = 160
 @dataclass(frozen=True, slots=True)
 class FrameRow:
     index: int
-    kind: str  # keepalive | lifecycle | output | terminal | failure retry/next_upstream/fatal | empty end
+    kind: str  # keepalive | lifecycle | output | terminal | failure retryable/next_upstream/fatal | empty end (retryable)
     event: str | None
     commit: bool
     detail: str

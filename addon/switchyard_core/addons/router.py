@@ -18,7 +18,7 @@ import logging
 from collections import Counter
 from typing import Any
 
-from mitmproxy import command, connection, ctx, hooks, http
+from mitmproxy import addonmanager, command, connection, ctx, hooks, http
 from mitmproxy.http import Headers
 
 from .. import observe
@@ -66,7 +66,7 @@ class Router:
 
     # --- lifecycle ------------------------------------------------------------
 
-    def load(self, loader) -> None:  # type: ignore[no-untyped-def]
+    def load(self, loader: addonmanager.Loader) -> None:
         loader.add_option(
             name="switchyard_direct_relay",
             typespec=bool,
@@ -139,7 +139,7 @@ class Router:
                 parsed.append(_json_of(flow))
             return parsed[0]
 
-        route = rules.route_for(flow.request.host, flow.request.path, lambda: _model_in(body()))
+        route = rules.route_for(flow.request.host, flow.request.path, lambda: _requested_model(body()))
         if route is None:
             return
         request = flow.request
@@ -310,6 +310,6 @@ def _json_of(flow: http.HTTPFlow) -> Any:
         return None
 
 
-def _model_in(body: Any) -> str | None:
+def _requested_model(body: Any) -> str | None:
     model = body.get("model") if isinstance(body, dict) else None
     return model if isinstance(model, str) else None

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from pathlib import Path
 
-from mitmproxy import command, ctx, exceptions
+from mitmproxy import addonmanager, command, ctx, exceptions
 
 from .. import observe
 from ..faults import FaultPlan
@@ -27,7 +27,7 @@ class RulesKeeper:
         self._mtime: float | None = None
         self._watcher: asyncio.Task[None] | None = None
 
-    def load(self, loader) -> None:  # type: ignore[no-untyped-def]
+    def load(self, loader: addonmanager.Loader) -> None:
         loader.add_option(
             name="switchyard_rules",
             typespec=str,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mitmproxy import contentviews, http
+from mitmproxy import addonmanager, contentviews, http
 from mitmproxy.contentviews import Contentview, Metadata
 
 from ..frame_report import render
@@ -40,5 +40,5 @@ def _api_of(metadata: Metadata) -> str:
 class SseView:
     """Registers the content view while the addon is loaded."""
 
-    def load(self, loader) -> None:  # type: ignore[no-untyped-def]
+    def load(self, loader: addonmanager.Loader) -> None:
         contentviews.add(SwitchyardSseContentview())

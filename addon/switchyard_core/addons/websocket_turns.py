@@ -27,10 +27,11 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from mitmproxy import ctx, http
+from mitmproxy import ctx, http, websocket
 
 from .. import observe
 from ..observe import METADATA_KEY
@@ -47,7 +48,7 @@ TRANSPORT = "websocket"
 PASSED = "passed_through"  # a later turn's outcome: never held, never re-sent
 
 
-def _response_ref(message: Any) -> tuple[str | None, str | None]:
+def _response_ref(message: websocket.WebSocketMessage) -> tuple[str | None, str | None]:
     """The id of the response a message belongs to, when it names one, and the
     message's type: both from one parse."""
     if not message.is_text:
@@ -64,11 +65,11 @@ def _response_ref(message: Any) -> tuple[str | None, str | None]:
     return (found if isinstance(found, str) else None), (kind if isinstance(kind, str) else None)
 
 
-def _message_type(message: Any) -> str | None:
+def _message_type(message: websocket.WebSocketMessage) -> str | None:
     return _response_ref(message)[1]
 
 
-def _response_id(message: Any) -> str | None:
+def _response_id(message: websocket.WebSocketMessage) -> str | None:
     """Most server messages are deltas, which name no response: those are not parsed."""
     if not message.is_text or b'"resp' not in message.content:
         return None
@@ -197,7 +198,7 @@ class WebSocketTurns:
 
     # --- client side ----------------------------------------------------------
 
-    def _injected(self, conn: _Conn, message: Any) -> None:
+    def _injected(self, conn: _Conn, message: websocket.WebSocketMessage) -> None:
         if not message.from_client:
             conn.to_client_in_flight = max(0, conn.to_client_in_flight - 1)
             return
@@ -207,7 +208,7 @@ class WebSocketTurns:
             turn.new_attempt()
             self._arm_timer(conn, turn)
 
-    def _from_client(self, conn: _Conn, message: Any) -> None:
+    def _from_client(self, conn: _Conn, message: websocket.WebSocketMessage) -> None:
         if _message_type(message) != "response.create":
             return
         previous = conn.turn
@@ -233,7 +234,7 @@ class WebSocketTurns:
 
     # --- server side ----------------------------------------------------------
 
-    def _from_server(self, conn: _Conn, message: Any) -> None:
+    def _from_server(self, conn: _Conn, message: websocket.WebSocketMessage) -> None:
         if conn.draining is not None and self._drained(conn, message):
             return
         turn = conn.turn
@@ -271,7 +272,7 @@ class WebSocketTurns:
         if turn.held_size > conn.route.settings.staging_limit:
             self._commit(conn, turn, None, "staging_limit")
 
-    def _drained(self, conn: _Conn, message: Any) -> bool:
+    def _drained(self, conn: _Conn, message: websocket.WebSocketMessage) -> bool:
         """Whether `message` was the timed-out response's, and dropped.
 
         Only a response's own events go: an `error` names no response and may be
@@ -295,7 +296,7 @@ class WebSocketTurns:
         message.drop()
         return True
 
-    def _after_commit(self, conn: _Conn, turn: _Turn, message: Any) -> None:
+    def _after_commit(self, conn: _Conn, turn: _Turn, message: websocket.WebSocketMessage) -> None:
         """After output or a forwarded failure: look for failures, rewrite, log."""
         if not message.is_text or (turn.output and not turn.stream.worth_a_look(message.content)):
             return
@@ -312,7 +313,8 @@ class WebSocketTurns:
             message.content = rewrite_capacity_codes(message.content)
         self._log_suppressed(conn, turn, info, result.event_type)
 
-    def _commit(self, conn: _Conn, turn: _Turn, message: Any | None, first_event: str | None) -> None:
+    def _commit(self, conn: _Conn, turn: _Turn, message: websocket.WebSocketMessage | None,
+                first_event: str | None) -> None:
         self._cancel_timer(turn)
         turn.committed = True
         turn.output = True
@@ -329,7 +331,7 @@ class WebSocketTurns:
         if message is not None:
             self._deliver(conn, message)
 
-    def _failure(self, conn: _Conn, turn: _Turn, info: ErrorInfo, *, message: Any | None,
+    def _failure(self, conn: _Conn, turn: _Turn, info: ErrorInfo, *, message: websocket.WebSocketMessage | None,
                  timed_out: bool = False) -> None:
         settings = conn.route.settings
         decision = ErrorPolicy(settings.retry_on).decide(info)
@@ -437,7 +439,7 @@ class WebSocketTurns:
 
     # --- delivery -------------------------------------------------------------
 
-    def _deliver(self, conn: _Conn, message: Any) -> None:
+    def _deliver(self, conn: _Conn, message: websocket.WebSocketMessage) -> None:
         """Let a server message through, behind any injected messages still on their way."""
         if conn.to_client_in_flight:
             message.drop()
@@ -453,7 +455,7 @@ class WebSocketTurns:
         conn.to_client_in_flight += 1
         ctx.master.commands.call("inject.websocket", conn.flow, True, content, is_text)
 
-    def _spawn(self, conn: _Conn, coro: Any) -> asyncio.Task[None]:
+    def _spawn(self, conn: _Conn, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         conn.tasks.add(task)
         task.add_done_callback(conn.tasks.discard)

@@ -33,8 +33,8 @@ from .upstream import (
     Answer,
     ConnectTimeout,
     build_request,
-    client_headers,
     display_url,
+    forwarded_response_headers,
     read_bounded,
     request_id,
     secret_header_names,
@@ -232,7 +232,7 @@ class AttemptLoop:
                 # too large to hold and check: commit and pass the rest through
                 if self._commit_whole(attempt, "body_limit"):
                     return None
-                self.client.start(answer.status, client_headers(answer.headers), attempt.upstream.name)
+                self.client.start(answer.status, forwarded_response_headers(answer.headers), attempt.upstream.name)
                 self.client.write(b"".join(chunks))
                 await self._pass_rest(answer)
                 return None
@@ -251,7 +251,8 @@ class AttemptLoop:
                 return None
             return failed
         if not self._commit_whole(attempt, "body"):
-            self.client.send_whole(answer.status, client_headers(answer.headers), body, attempt.upstream.name)
+            self.client.send_whole(answer.status, forwarded_response_headers(answer.headers), body,
+                                   attempt.upstream.name)
         return None
 
     def _commit_whole(self, attempt: _Try, first_event: str) -> bool:
@@ -364,7 +365,7 @@ class AttemptLoop:
         if info in SAID_NOTHING:
             # shown in mitmweb, never forwarded: as sent it would read as an empty success;
             # the last failure that said something is forwarded, else Switchyard's own error
-            attempt.record.answer = (answer.status, client_headers(answer.headers), gate.held())
+            attempt.record.answer = (answer.status, forwarded_response_headers(answer.headers), gate.held())
             return failed
         answered = self._keep(attempt, answer, gate.held())
         if failed.plan.action != "give_up":
@@ -386,7 +387,7 @@ class AttemptLoop:
             if self.client.headers_sent:
                 self.client.announce(attempt.upstream.name)
             else:
-                self.client.start(answer.status, client_headers(answer.headers), attempt.upstream.name)
+                self.client.start(answer.status, forwarded_response_headers(answer.headers), attempt.upstream.name)
         if step.failures_after_output:
             self._suppressed(step, attempt)
         if step.emit:
@@ -427,7 +428,7 @@ class AttemptLoop:
     def _silence(self, answer: Answer) -> Silence:
         """A read deadline for `answer`; quiet while the client holds it back does not count."""
         body = answer.body
-        return Silence(excused=lambda: body.held)
+        return Silence(excused=lambda: body.paused_for_client)
 
     async def _pipe(self, answer: Answer, sink: Callable[[bytes], None], silence: Silence) -> BaseException | None:
         """Push the rest of `answer` into `sink` until it ends (None) or breaks (the
@@ -444,7 +445,7 @@ class AttemptLoop:
 
     def _keep(self, attempt: _Try, answer: Answer, body: bytes, *, complete: bool = True) -> _Answered:
         """Remember a failed answer: for exhaustion, and to show the attempt in mitmweb."""
-        answered = _Answered(answer.status, client_headers(answer.headers), body, attempt.record, complete)
+        answered = _Answered(answer.status, forwarded_response_headers(answer.headers), body, attempt.record, complete)
         self._last_answered = answered
         attempt.record.answer = (answered.status, answered.headers, answered.body)
         return answered

@@ -26,7 +26,7 @@ class Producer(Protocol):
 
 
 class Body:
-    __slots__ = ("_producer", "_chunks", "_size", "_buffer_full", "_held", "_paused", "_ended", "_error",
+    __slots__ = ("_producer", "_chunks", "_size", "_buffer_full", "_paused_for_client", "_paused", "_ended", "_error",
                  "_waiter", "_sink", "_finished")
 
     def __init__(self, producer: Producer | None = None) -> None:
@@ -34,7 +34,7 @@ class Body:
         self._chunks: list[bytes] = []
         self._size = 0
         self._buffer_full = False  # paused because nobody read
-        self._held = False  # paused because the client cannot take more
+        self._paused_for_client = False  # the client cannot take more
         self._paused = False
         self._ended = False
         self._error: BaseException | None = None
@@ -82,9 +82,9 @@ class Body:
         return self._ended
 
     @property
-    def held(self) -> bool:
+    def paused_for_client(self) -> bool:
         """Paused because the client cannot take more (see `hold`)."""
-        return self._held
+        return self._paused_for_client
 
     # --- the consumer's side -----------------------------------------------------------
 
@@ -133,7 +133,7 @@ class Body:
 
     def hold(self, held: bool) -> None:
         """The client cannot take more (True) or can again (False): flow control."""
-        self._held = held
+        self._paused_for_client = held
         self._flow()
 
     # --- inside ----------------------------------------------------------------------
@@ -149,7 +149,7 @@ class Body:
         return data
 
     def _flow(self) -> None:
-        paused = self._buffer_full or self._held
+        paused = self._buffer_full or self._paused_for_client
         if paused != self._paused and self._producer is not None and not self._ended:
             self._paused = paused
             if paused:

@@ -173,7 +173,7 @@ def request_id(headers: Mapping[str, str]) -> str | None:
     return None
 
 
-def client_headers(upstream_headers: Mapping[str, str]) -> list[tuple[str, str]]:
+def forwarded_response_headers(upstream_headers: Mapping[str, str]) -> list[tuple[str, str]]:
     """The upstream's response headers as the client should get them."""
     return [
         (name, value)
