@@ -355,6 +355,17 @@ def test_with_usage_asked_for_a_cut_after_the_finish_chunk_ends_with_an_in_band_
     assert [c.upstream for c in env.provider.calls] == ["solo"]
 
 
+def test_with_usage_asked_for_a_usage_chunk_cut_before_its_blank_line_is_not_the_end(env: Env) -> None:
+    """Clients act on an event at its blank line: a usage chunk without one never reached them."""
+    frames = wire.chat_stream("all of it")
+    sent, usage = frames[:-2], frames[-2].removesuffix(b"\n\n")
+    env.provider.script("solo", Reply.sse(*sent, usage))
+    result = env.curl(chat_url(env, "solo"), env.chat_body(stream_options={"include_usage": True}))
+    assert result.body.startswith(b"".join(sent))
+    error = json.loads(result.body[len(b"".join(sent)):].removeprefix(b"data: "))["error"]
+    assert error["code"] == "stream_cut"
+
+
 def test_without_usage_asked_for_a_stream_that_ends_after_the_finish_chunk_is_whole(env: Env) -> None:
     sent = wire.chat_stream("all of it")[:-2]
     env.provider.script("solo", Reply.sse(*sent))

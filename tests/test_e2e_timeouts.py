@@ -93,6 +93,17 @@ def test_a_fatal_failure_after_keepalive_keeps_the_providers_type_and_code_in_ba
     assert [c.upstream for c in env.provider.calls] == ["keepalive"]  # fatal: nothing else tried
 
 
+def test_a_fatal_failure_naming_no_type_after_keepalive_gets_the_type_its_status_stands_for(env: Env) -> None:
+    late = Reply.json(401, {"error": "Invalid API key"})
+    late.delay_headers_s = 0.5
+    env.provider.script("keepalive", late)
+    result = env.curl(url(env, "keepalive"), env.chat_body())
+    frames = [f for f in result.body.split(b"\n\n") if f]
+    error = json.loads(frames[-1].removeprefix(b"data: "))["error"]
+    assert (error["type"], error["message"]) == ("invalid_request_error", "Invalid API key")
+    assert [c.upstream for c in env.provider.calls] == ["keepalive"]
+
+
 def test_every_upstream_ending_before_output_after_keepalive_is_an_in_band_error(env: Env) -> None:
     env.provider.script("keepalive", Reply.sse(0.5, wire.CHAT_ROLE))
     env.provider.script("backup", Reply.sse(wire.CHAT_ROLE))

@@ -9,6 +9,7 @@ from mitmproxy.addons.termlog import TermLogHandler
 from mitmproxy.log import LegacyLogEvents
 
 from switchyard_core import observe
+from switchyard_core.protocols.errors import MESSAGE_LIMIT
 from switchyard_core.redaction import redact
 
 
@@ -57,9 +58,13 @@ def test_a_logger_set_above_the_level_shows_nothing(tree: tuple[logging.Logger, 
     assert not observe.shown_anywhere(logging.DEBUG, child)
 
 
-def test_redact_hides_whole_keys_and_a_key_cut_off_at_the_end() -> None:
-    secrets = ("sk-live-0123456789",)
+def test_redact_hides_whole_keys_and_a_key_cut_off_at_the_length_limit() -> None:
+    secrets = ("Bearer sk-live-0123456789", "sk-live-0123456789")
     assert redact("bad key sk-live-0123456789 given", secrets) == "bad key [redacted] given"
-    assert redact("message cut inside sk-live-01", secrets) == "message cut inside [redacted]"
-    assert redact("ends in sk-", secrets) == "ends in sk-"  # too short to say anything of the key
+    cut = "message cut inside ".ljust(MESSAGE_LIMIT - 10, ".")
+    assert redact(cut + "sk-live-01", secrets) == cut + "[redacted]"
+    assert redact(cut[:-1] + "Bearer sk-li", secrets) == cut[:-1] + "Bearer [redacted]"
+    assert redact(cut + "...sk-", secrets) == cut + "...sk-"  # too short to say anything of the key
+    # a message that was not cut ends where the provider ended it: its tail is no key
+    assert redact("the header must start with Bearer sk-live", secrets) == "the header must start with Bearer sk-live"
     assert redact("nothing here", secrets) == "nothing here"

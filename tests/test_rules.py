@@ -161,6 +161,40 @@ def test_every_problem_is_named_at_once_in_file_order(tmp_path: Path) -> None:
     ]
 
 
+def test_every_problem_beyond_the_schema_is_named_at_once_too(tmp_path: Path) -> None:
+    text = """\
+version: 1
+routes:
+  - name: chat
+    match: {path: /v1/chat/completions}
+    upstreams:
+      - {name: openai, url: ftp://x}
+      - {name: openai, url: original}
+  - name: chat
+    match: {path: /v1/chat/completions}
+    upstreams: [{name: openai, url: original}]
+  - name: embeddings
+    match: {path: /v1/embeddings}
+    upstreams: [{name: openai, url: original}]
+faults:
+  - {route: nope, kind: reset}
+"""
+    name = tmp_path / "rules.yaml"
+    assert error_of(tmp_path, text).splitlines() == [
+        f"{name}:6: routes[0].upstreams[0].url: must be `original` or an http(s) URL, got 'ftp://x'",
+        f"{name}:7: routes[0].upstreams[1].name: duplicate upstream name 'openai'",
+        f"{name}:8: routes[1].name: duplicate route name 'chat'",
+        f"{name}:11: routes[2].api: cannot infer the API from match.path; set api: openai-chat, openai-responses "
+        "or anthropic-messages",
+        f"{name}:15: faults[0].route: no route named 'nope'",
+    ]
+
+
+def test_a_key_that_is_not_a_plain_name_is_a_rules_error(tmp_path: Path) -> None:
+    assert error_of(tmp_path, "version: 1\n? [a, b]\n: 1\n").endswith(
+        ":2: (top level): a key must be a plain name, not a list or mapping")
+
+
 @pytest.mark.parametrize("field", ["connect_timeout_s: true", "retries: yes", "staging_limit: on", "backoff_ms: false"])
 def test_yaml_flags_are_not_numbers(tmp_path: Path, field: str) -> None:
     """pydantic reads `true` as 1: a timeout of `true` would silently be one second."""

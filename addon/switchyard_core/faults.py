@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable
 
 from .protocols import APIS
+from .protocols.errors import code_and_type_for_status
 from .protocols.anthropic_messages import NAME as ANTHROPIC
 from .protocols.openai_responses import NAME as RESPONSES
 from .rules.schema import FaultSpec
@@ -58,37 +59,6 @@ class FaultPlan:
         return None
 
 
-def _openai_code(status: int) -> str:
-    if status == 429:
-        return "rate_limit_exceeded"
-    if status in (503, 529):
-        return "server_is_overloaded"
-    if status >= 500:
-        return "server_error"
-    return "invalid_request_error"
-
-
-def _anthropic_type(status: int) -> str:
-    return {
-        400: "invalid_request_error",
-        401: "authentication_error",
-        403: "permission_error",
-        404: "not_found_error",
-        413: "request_too_large",
-        429: "rate_limit_error",
-        503: "overloaded_error",
-        529: "overloaded_error",
-    }.get(status, "api_error" if status >= 500 else "invalid_request_error")
-
-
-def _code_and_type(api: str, status: int) -> tuple[str, str]:
-    """What a provider of this API calls an error of `status` (Anthropic's carry a type only)."""
-    if api == ANTHROPIC:
-        error_type = _anthropic_type(status)
-        return error_type, error_type
-    return _openai_code(status), "server_error" if status >= 500 else "invalid_request_error"
-
-
 def _sse(event: str | None, payload: object) -> bytes:
     head = f"event: {event}\n".encode() if event else b""
     return head + b"data: " + json.dumps(payload).encode() + b"\n\n"
@@ -101,11 +71,11 @@ def error_frame(api: str, kind: str, status: int, message: str) -> bytes:
     if api == ANTHROPIC:
         if kind == "overload_message":
             return _sse("error", {"type": "error", "error": {"message": message}})
-        return APIS[api].error_event(message, *_code_and_type(api, status))
+        return APIS[api].error_event(message, *code_and_type_for_status(api, status))
     if api == RESPONSES:
         if kind == "overload_message":
             return _sse("error", {"type": "error", "code": None, "message": message, "param": None, "sequence_number": 0})
-        code, error_type = _code_and_type(api, status)
+        code, error_type = code_and_type_for_status(api, status)
         error = {"code": code, "message": message}
         if kind == "response_failed":
             response = {"id": "resp_switchyard_fault", "object": "response", "status": "failed", "error": error, "output": []}
@@ -120,4 +90,4 @@ def error_frame(api: str, kind: str, status: int, message: str) -> bytes:
 
 def error_body(api: str, status: int, message: str) -> bytes:
     """The error body a provider of this API sends with `status`."""
-    return APIS[api].error_body(message, *_code_and_type(api, status))
+    return APIS[api].error_body(message, *code_and_type_for_status(api, status))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .protocols.errors import MESSAGE_LIMIT
 from .rules import Upstream
 
 # The client's credentials: never sent to an upstream on another origin, never shown.
@@ -41,10 +42,14 @@ def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
     """A provider's error message can echo a key: never log or record it.  Messages
-    are cut to a bounded length before they get here, so one may end inside a key:
-    a tail that begins a secret goes too."""
+    are cut to MESSAGE_LIMIT characters before they get here, so one that was cut
+    may end inside a key: a tail that begins a key goes too (a key, not a whole
+    header value: "... use Bearer" says nothing of the key after it)."""
+    cut = len(text) >= MESSAGE_LIMIT
     for secret in secrets:
         text = text.replace(secret, "[redacted]")
+        if not cut or " " in secret:
+            continue
         for kept in range(min(len(secret) - 1, len(text)), PARTIAL_SECRET_MIN - 1, -1):
             if text.endswith(secret[:kept]):
                 text = text[:-kept] + "[redacted]"

@@ -134,5 +134,10 @@ class RulesKeeper:
         while True:
             await asyncio.sleep(WATCH_INTERVAL_S)
             mtime = self._current_mtime()
-            if mtime is not None and mtime != self._mtime:
+            if mtime is None or mtime == self._mtime:
+                continue
+            try:
                 self._reload(reason="file changed")
+            except Exception:  # a bug of ours must not end the watching: later edits still apply
+                self._mtime = mtime
+                observe.log.exception("switchyard.rules_watch_failed path=%s", self.watched)

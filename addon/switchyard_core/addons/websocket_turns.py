@@ -70,8 +70,9 @@ def _message_type(message: websocket.WebSocketMessage) -> str | None:
 
 
 def _response_id(message: websocket.WebSocketMessage) -> str | None:
-    """Most server messages are deltas, which name no response: those are not parsed."""
-    if not message.is_text or b'"resp' not in message.content:
+    """Most server messages are deltas, which name no response: those are not parsed
+    (their type, `"response.output_text.delta"`, holds `"response` but not the key)."""
+    if not message.is_text or b'"response"' not in message.content:
         return None
     return _response_ref(message)[0]
 

@@ -190,3 +190,40 @@ def rewrite_capacity_codes(raw: bytes) -> bytes:
     for code in CAPACITY_CODES:
         raw = raw.replace(b'"' + code.encode() + b'"', b'"server_error"')
     return raw
+
+
+# --- what a provider calls an error of a given status ---------------------------------
+
+
+def _openai_code(status: int) -> str:
+    if status == 429:
+        return "rate_limit_exceeded"
+    if status in (503, 529):
+        return "server_is_overloaded"
+    if status >= 500:
+        return "server_error"
+    return "invalid_request_error"
+
+
+def _anthropic_type(status: int) -> str:
+    return {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        413: "request_too_large",
+        429: "rate_limit_error",
+        503: "overloaded_error",
+        529: "overloaded_error",
+    }.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
+def code_and_type_for_status(api: str, status: int) -> tuple[str, str]:
+    """What a provider of `api` calls an error of `status` (Anthropic's carry a type
+    only): for failures Switchyard tells in the API's shape, a fault made on purpose
+    or a provider's error that named no type of its own.  Without one, a 401 told in
+    band would read as a server error, which clients' retry policies retry."""
+    if api == "anthropic-messages":
+        error_type = _anthropic_type(status)
+        return error_type, error_type
+    return _openai_code(status), "server_error" if status >= 500 else "invalid_request_error"

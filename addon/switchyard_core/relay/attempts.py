@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .. import observe
 from ..gate import SAID_NOTHING, Gate, GateStep
 from ..protocols import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
-from ..protocols.errors import http_error_info
+from ..protocols.errors import code_and_type_for_status, http_error_info
 from ..retry import Plan, plan_after_failure, retry_after_s
 from ..rules import Upstream
 from .attempt_log import AttemptLog
@@ -342,20 +342,22 @@ class AttemptLoop:
                 self._end_cut(record, "upstream connection broke after output", "stream_cut")
             return None
         # the upstream body ended
-        committed_before = gate.committed
+        # an end marker in an unterminated last frame reaches no client (an event is
+        # dispatched at its blank line): the answer is whole only if it was before
+        whole = gate.complete
         step = gate.finish()
         if step.failure is not None:
             return await self._failed_in_stream(step.failure, gate, answer, attempt)
-        if committed_before and not gate.complete:
-            # an unterminated last frame of a cut stream: clients discard it,
+        if not whole:
+            # the unterminated last frame of a cut stream: clients discard it,
             # and the in-band error must not run into it
             step.emit = b""
         self._output(step, attempt, answer)
-        self._ended(gate, record)
+        self._ended(whole, record)
         return None
 
-    def _ended(self, gate: Gate, record: AttemptRecord) -> None:
-        if not gate.complete and not self.exchange.suppressed_failover:
+    def _ended(self, whole: bool, record: AttemptRecord) -> None:
+        if not whole and not self.exchange.suppressed_failover:
             self._end_cut(record, "upstream ended the stream before completing the answer", "stream_cut")
 
     async def _failed_in_stream(self, failure: Classification, gate: Gate, answer: Answer,
@@ -475,9 +477,13 @@ class AttemptLoop:
         self._answered(answered)
         self.client.stop_keepalive()
         if self.client.headers_sent:
-            # the provider's own type: a fatal error must not read as one worth retrying
-            code = info.code or info.type or "upstream_error"
-            self.client.error_event(info.message or "upstream failed", code, info.type)
+            # the provider's own type, else the one its status stands for: a fatal error
+            # must not read as one worth retrying
+            error_type = info.type
+            if error_type is None and info.status is not None:
+                error_type = code_and_type_for_status(self.api.name, info.status)[1]
+            code = info.code or error_type or "upstream_error"
+            self.client.error_event(info.message or "upstream failed", code, error_type)
         else:
             self._send_answered(answered)
 

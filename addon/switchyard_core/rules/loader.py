@@ -185,11 +185,10 @@ def _is_http_url(url: str) -> bool:
     return re.match(r"^https?://[^/\s]+", url) is not None
 
 
-def _check_url(url: str, field_loc: tuple[Any, ...], path: Path, lines: dict[tuple[Any, ...], int]) -> None:
-    if url == "original" or "${" in url:
-        return
-    if not _is_http_url(url):
-        raise RulesError(field_problem(path, lines, field_loc, f"must be `original` or an http(s) URL, got {url!r}"))
+def _url_problem(url: str) -> str | None:
+    if url == "original" or "${" in url or _is_http_url(url):
+        return None  # one with a variable is checked once expanded
+    return f"must be `original` or an http(s) URL, got {url!r}"
 
 
 def load_rules(path: Path) -> Rules:
@@ -206,8 +205,10 @@ def load_rules(path: Path) -> Rules:
     except ValidationError as exc:
         raise RulesError(validation_problems(path, exc, lines)) from None
 
-    def fail(loc: tuple[Any, ...], message: str) -> RulesError:
-        return RulesError(field_problem(path, lines, loc, message))
+    problems: list[tuple[int, str]] = []  # all of them at once, like the schema's
+
+    def problem(loc: tuple[Any, ...], message: str) -> None:
+        problems.append((line_of(loc, lines), field_problem(path, lines, loc, message)))
 
     defaults = AttemptSettings().overlay(parsed.defaults)
     warnings: list[str] = []
@@ -216,24 +217,32 @@ def load_rules(path: Path) -> Rules:
     for r_index, spec in enumerate(parsed.routes):
         base = ("routes", r_index)
         if spec.name in seen_routes:
-            raise fail(base + ("name",), f"duplicate route name {spec.name!r}")
+            problem(base + ("name",), f"duplicate route name {spec.name!r}")
+            continue
         seen_routes.add(spec.name)
         api = spec.api or (api_for_path(spec.match.path) if spec.match.path else None)
         if api is None:
-            raise fail(base + ("api",), "cannot infer the API from match.path; set api: openai-chat, openai-responses or anthropic-messages")
+            problem(base + ("api",), "cannot infer the API from match.path; set api: openai-chat, openai-responses "
+                                     "or anthropic-messages")
         settings = defaults.overlay(spec)
         seen_upstreams: set[str] = set()
         upstreams: list[Upstream] = []
         for u_index, upstream_spec in enumerate(spec.upstreams):
             u_loc = base + ("upstreams", u_index)
             if upstream_spec.name in seen_upstreams:
-                raise fail(u_loc + ("name",), f"duplicate upstream name {upstream_spec.name!r}")
+                problem(u_loc + ("name",), f"duplicate upstream name {upstream_spec.name!r}")
+                continue
             seen_upstreams.add(upstream_spec.name)
-            _check_url(upstream_spec.url, u_loc + ("url",), path, lines)
+            url_problem = _url_problem(upstream_spec.url)
+            if url_problem is not None:
+                problem(u_loc + ("url",), url_problem)
+                continue
             where = f"{path}:{line_of(u_loc, lines)}"
             resolved = _resolve_upstream(upstream_spec, settings.retries, where, warnings)
             if resolved is not None:
                 upstreams.append(resolved)
+        if api is None:
+            continue
         if not upstreams:
             warnings.append(f"{path}:{line_of(base, lines)}: route {spec.name!r} disabled: no usable upstream")
             continue
@@ -260,7 +269,9 @@ def load_rules(path: Path) -> Rules:
     for f_index, fault in enumerate(parsed.faults):
         loc = ("faults", f_index)
         if fault.route not in route_upstreams:
-            raise fail(loc + ("route",), f"no route named {fault.route!r}")
-        if fault.upstream is not None and fault.upstream not in route_upstreams[fault.route]:
-            raise fail(loc + ("upstream",), f"route {fault.route!r} has no upstream named {fault.upstream!r}")
+            problem(loc + ("route",), f"no route named {fault.route!r}")
+        elif fault.upstream is not None and fault.upstream not in route_upstreams[fault.route]:
+            problem(loc + ("upstream",), f"route {fault.route!r} has no upstream named {fault.upstream!r}")
+    if problems:
+        raise RulesError("\n".join(text for _, text in sorted(problems, key=lambda found: found[0])))
     return Rules(source=path, routes=tuple(routes), faults=tuple(parsed.faults), warnings=tuple(warnings))

@@ -21,9 +21,9 @@ class RulesError(Exception):
     """A rules file that cannot be used; the message names file, line and field."""
 
 
-class _DuplicateKey(Exception):
-    def __init__(self, loc: tuple[Any, ...], line: int) -> None:
-        self.loc, self.line = loc, line
+class _BadKey(Exception):
+    def __init__(self, loc: tuple[Any, ...], line: int, message: str) -> None:
+        self.loc, self.line, self.message = loc, line, message
 
 
 def _record_lines(node: yaml.Node, path: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> None:
@@ -35,11 +35,12 @@ def _record_lines(node: yaml.Node, path: tuple[Any, ...], lines: dict[tuple[Any,
     if isinstance(node, yaml.MappingNode):
         seen: set[Any] = set()
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):  # YAML's `? [a, b]`: no field is named so
+                raise _BadKey(path, key_node.start_mark.line + 1, "a key must be a plain name, not a list or mapping")
             key = path + (key_node.value,)
-            if isinstance(key_node, yaml.ScalarNode):
-                if key_node.value in seen:
-                    raise _DuplicateKey(key, key_node.start_mark.line + 1)
-                seen.add(key_node.value)
+            if key_node.value in seen:
+                raise _BadKey(key, key_node.start_mark.line + 1, f"given twice (the first is line {lines.get(key, '?')})")
+            seen.add(key_node.value)
             lines[key] = key_node.start_mark.line + 1
             _record_lines(value_node, key, lines)
     elif isinstance(node, yaml.SequenceNode):
@@ -84,9 +85,8 @@ def compose_with_lines(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...]
     lines: dict[tuple[Any, ...], int] = {}
     try:
         _record_lines(root, (), lines)
-    except _DuplicateKey as duplicate:
-        raise RulesError(f"{path}:{duplicate.line}: {_field_name(duplicate.loc)}: given twice "
-                         f"(the first is line {lines.get(duplicate.loc, '?')})") from None
+    except _BadKey as bad:
+        raise RulesError(f"{path}:{bad.line}: {_field_name(bad.loc)}: {bad.message}") from None
     try:
         data = yaml.SafeLoader("").construct_document(root)
     except yaml.YAMLError as exc:
