@@ -4,8 +4,9 @@ Each attempt either commits (the client gets that upstream's answer, and
 nothing is replayed afterwards), fails before output (discarded: retry the
 same upstream within budget, or move on), or is the last possible one, in
 which case its failure is forwarded as the provider sent it.  The client side
-is a `ClientSink`, the upstream side an `UpstreamAnswer`; this module holds
-only the policy between them.
+is a `ClientSink`, the upstream side an `Answer`; this module holds the policy
+between them and reads each answer through the gate.  How an exchange then
+ends for the client (committed, forwarded, exhausted, cut) is `endings.py`.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from dataclasses import dataclass
 from .. import observe
 from ..gate import SAID_NOTHING, Gate, GateStep
 from ..protocols import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
-from ..protocols.errors import code_and_type_for_status, http_error_info
+from ..protocols.errors import http_error_info
 from ..retry import Plan, plan_after_failure, retry_after_s
 from ..rules import Upstream
 from .attempt_log import AttemptLog
 from .client_side import ClientSink, ClientStream
+from .endings import Endings
 from .exchange import AttemptRecord, Exchange
 from .faulty_answer import FaultyAnswer
 from .silence import Silence
@@ -53,17 +55,6 @@ class _Failed:
 
 
 @dataclass(slots=True)
-class _Answered:
-    """A failure as the provider sent it, kept in case it turns out to be the last."""
-
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes
-    record: AttemptRecord
-    complete: bool = True  # False: the body broke off, stalled or passed the limit while it was read
-
-
-@dataclass(slots=True)
 class _Try:
     """One attempt in progress: which upstream, how much budget is used."""
 
@@ -83,7 +74,7 @@ class AttemptLoop:
         self.http = http
         self.client = ClientStream(sink, self.api)
         self.log = AttemptLog(exchange)
-        self._last_answered: _Answered | None = None
+        self.end = Endings(exchange, self.client, self.log)
 
     # --- the loop -------------------------------------------------------------------
 
@@ -110,10 +101,10 @@ class AttemptLoop:
                     continue
                 if last.plan.action == "next":
                     break
-                self._exhausted(last)
+                self.end.exhausted(last.info.message, last.timed_out)
                 return
         if last is not None:
-            self._exhausted(last)
+            self.end.exhausted(last.info.message, last.timed_out)
 
     # --- one attempt ----------------------------------------------------------------
 
@@ -201,9 +192,9 @@ class AttemptLoop:
         body, complete = await read_bounded(answer, ERROR_BODY_LIMIT,
                                             settings.headers_timeout_s or settings.request_timeout_s)
         failed = self._fail(attempt, http_error_info(answer.status, body), headers=answer.headers)
-        answered = self._keep(attempt, answer, body, complete=complete)
+        answered = self.end.keep(attempt.record, answer, body, complete=complete)
         if failed.plan.action == "give_up":
-            self._forward_answered(answered, failed.info)
+            self.end.forward(answered, failed.info)
             return None
         return failed
 
@@ -245,9 +236,9 @@ class AttemptLoop:
                 info = None
         if info is not None:
             failed = self._fail(attempt, info, headers=answer.headers)
-            answered = self._keep(attempt, answer, body)
+            answered = self.end.keep(attempt.record, answer, body)
             if failed.plan.action == "give_up":
-                self._forward_answered(answered, info)
+                self.end.forward(answered, info)
                 return None
             return failed
         if not self._commit_whole(attempt, "body"):
@@ -258,7 +249,7 @@ class AttemptLoop:
     def _commit_whole(self, attempt: _Try, first_event: str) -> bool:
         """Commit a non-streaming answer; True if the client already had a stream's
         headers (keepalive promised one), and was told in-band that this is none."""
-        self._commit(attempt, first_event)
+        self.end.committed(attempt.record, attempt.upstream.name, first_event)
         self.client.stop_keepalive()
         if not self.client.headers_sent:
             return False
@@ -326,7 +317,7 @@ class AttemptLoop:
         except TimeoutError:
             if gate.committed:
                 if not gate.complete:  # after the API's end marker, quiet is no stall: the answer is whole
-                    self._end_cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
+                    self.end.cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
                                   "stream_stalled")
                 return None
             silent = deadline is None or time.monotonic() < deadline
@@ -339,7 +330,7 @@ class AttemptLoop:
             if not gate.committed:
                 return self._fail(attempt, transport_failure(error))
             if not gate.complete:
-                self._end_cut(record, "upstream connection broke after output", "stream_cut")
+                self.end.cut(record, "upstream connection broke after output", "stream_cut")
             return None
         # the upstream body ended
         # an end marker in an unterminated last frame reaches no client (an event is
@@ -358,7 +349,7 @@ class AttemptLoop:
 
     def _ended(self, whole: bool, record: AttemptRecord) -> None:
         if not whole and not self.exchange.suppressed_failover:
-            self._end_cut(record, "upstream ended the stream before completing the answer", "stream_cut")
+            self.end.cut(record, "upstream ended the stream before completing the answer", "stream_cut")
 
     async def _failed_in_stream(self, failure: Classification, gate: Gate, answer: Answer,
                                 attempt: _Try) -> _Failed | None:
@@ -367,14 +358,14 @@ class AttemptLoop:
         if info in SAID_NOTHING:
             # shown in mitmweb, never forwarded: as sent it would read as an empty success;
             # the last failure that said something is forwarded, else Switchyard's own error
-            attempt.record.answer = (answer.status, forwarded_response_headers(answer.headers), gate.held())
+            self.end.show(attempt.record, answer, gate.held())
             return failed
-        answered = self._keep(attempt, answer, gate.held())
+        answered = self.end.keep(attempt.record, answer, gate.held())
         if failed.plan.action != "give_up":
             return failed
         # the last possible attempt: the client gets it as the provider sent it
         attempt.record.phase = "forwarded"
-        self._answered(answered)
+        self.end.gave_up(answered)
         self.client.stop_keepalive()
         if not self.client.headers_sent:
             self.client.start(answer.status, answered.headers, attempt.upstream.name)
@@ -384,7 +375,7 @@ class AttemptLoop:
 
     def _output(self, step: GateStep, attempt: _Try, answer: Answer) -> None:
         if step.committed:
-            self._commit(attempt, step.first_event or "output")
+            self.end.committed(attempt.record, attempt.upstream.name, step.first_event or "output")
             self.client.stop_keepalive()
             if self.client.headers_sent:
                 self.client.announce(attempt.upstream.name)
@@ -443,84 +434,6 @@ class AttemptLoop:
             silence.close()
             self.client.sink.pace(None)
 
-    # --- endings --------------------------------------------------------------------
-
-    def _keep(self, attempt: _Try, answer: Answer, body: bytes, *, complete: bool = True) -> _Answered:
-        """Remember a failed answer: for exhaustion, and to show the attempt in mitmweb."""
-        answered = _Answered(answer.status, forwarded_response_headers(answer.headers), body, attempt.record, complete)
-        self._last_answered = answered
-        attempt.record.answer = (answered.status, answered.headers, answered.body)
-        return answered
-
-    def _answered(self, answered: _Answered) -> None:
-        """The client gets this (failed) answer: say whose it is."""
-        self.exchange.answered_by = answered.record.upstream
-        self.exchange.answered_url = answered.record.url
-        self.exchange.outcome = "gave_up"
-
-    def _commit(self, attempt: _Try, first_event: str) -> None:
-        record = attempt.record
-        record.phase = "output"
-        record.finish("committed")
-        self.exchange.answered_by = attempt.upstream.name
-        self.exchange.answered_url = record.url
-        self.exchange.outcome = "committed"
-        self.log.committed(record, first_event)
-
-    def _end_cut(self, record: AttemptRecord, message: str, code: str) -> None:
-        """A stream that broke after output must not look like a clean end."""
-        self.exchange.outcome = code
-        self.log.cut(record, code, message)
-        self.client.error_event(f"switchyard: {message}", code)
-
-    def _forward_answered(self, answered: _Answered, info: ErrorInfo) -> None:
-        self._answered(answered)
-        self.client.stop_keepalive()
-        if self.client.headers_sent:
-            # the provider's own type, else the one its status stands for: a fatal error
-            # must not read as one worth retrying
-            error_type = info.type
-            if error_type is None and info.status is not None:
-                error_type = code_and_type_for_status(self.api.name, info.status)[1]
-            code = info.code or error_type or "upstream_error"
-            self.client.error_event(info.message or "upstream failed", code, error_type)
-        else:
-            self._send_answered(answered)
-
-    def _send_answered(self, answered: _Answered) -> None:
-        """A failed answer as the provider sent it; one that broke off while it was
-        read reaches the client broken off too, never with a length claiming it whole."""
-        if answered.complete:
-            self.client.send_whole(answered.status, answered.headers, answered.body, answered.record.upstream)
-            return
-        self.client.start(answered.status, answered.headers, answered.record.upstream)
-        self.client.write(answered.body)
-        self.client.cut()
-
-    def _exhausted(self, last: _Failed) -> None:
-        """Nothing left to try and no upstream response open to forward."""
-        self.exchange.outcome = "exhausted"
-        self.client.stop_keepalive()
-        self.log.exhausted(last.info.message)
-        code = "upstream_timeout" if last.timed_out else "upstream_unavailable"
-        if self.client.headers_sent:
-            self.client.error_event(f"switchyard: every upstream failed; last: {last.info.message}", code)
-        elif self._last_answered is not None:
-            answered = self._last_answered
-            self._answered(answered)
-            self.exchange.outcome = "exhausted"
-            self._send_answered(answered)
-        else:
-            message = f"switchyard: no upstream answered; last: {last.info.message}"
-            self.client.send_error(504 if last.timed_out else 502, message, code, self.exchange.attempts[-1].upstream)
-
-    def fail_internally(self, what: str) -> None:
-        message = f"switchyard: internal error ({what}); see the mitmproxy log"
-        if self.client.headers_sent:
-            self.client.error_event(message, "switchyard_internal_error")
-        else:
-            upstream = self.exchange.attempts[-1].upstream if self.exchange.attempts else "none"
-            self.client.send_error(502, message, "switchyard_internal_error", upstream)
 
 _OUTCOMES = {"retry": "retry", "next": "next_upstream", "give_up": "give_up"}
 

@@ -168,7 +168,7 @@ class Relay:
         except Exception as exc:  # a bug must cost one request, never the proxy
             observe.log.exception(observe.format_event("switchyard.internal_error", route=exchange.route.name))
             exchange.outcome = "internal_error"
-            loop.fail_internally(type(exc).__name__)
+            loop.end.internal_error(type(exc).__name__)
         finally:
             self.in_flight -= 1
             loop.log.finished()  # once the outcome is known (a client that left, a bug)

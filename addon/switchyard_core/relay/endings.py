@@ -1,0 +1,123 @@
+"""How an exchange ends for the client.
+
+The attempt loop decides *which* ending; this module says it, once, in the
+API's shape, and records it on the exchange for the flow's story:
+
+- an upstream's output was committed: the story names who answered;
+- a provider's failure is forwarded as it was sent (the last possible attempt,
+  or a fatal error), or, once keepalive headers have left, told in band;
+- every upstream is exhausted: the last failure that said something, as sent,
+  else Switchyard's own 502/504 (in band after keepalive headers);
+- a stream broke or stalled after output: an in-band error, never a clean end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..protocols import ErrorInfo
+from ..protocols.errors import code_and_type_for_status
+from .attempt_log import AttemptLog
+from .client_side import ClientStream
+from .exchange import AttemptRecord, Exchange
+from .upstream import Answer, forwarded_response_headers
+
+
+@dataclass(slots=True)
+class Answered:
+    """A failure as the provider sent it, kept in case it turns out to be the last."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+    record: AttemptRecord
+    complete: bool = True  # False: the body broke off, stalled or passed the limit while it was read
+
+
+class Endings:
+    def __init__(self, exchange: Exchange, client: ClientStream, log: AttemptLog) -> None:
+        self.exchange = exchange
+        self.client = client
+        self.log = log
+        self.last_answered: Answered | None = None  # what exhaustion forwards, if anything
+
+    def keep(self, record: AttemptRecord, answer: Answer, body: bytes, *, complete: bool = True) -> Answered:
+        """Remember a failed answer: for exhaustion, and to show the attempt in mitmweb."""
+        answered = Answered(answer.status, forwarded_response_headers(answer.headers), body, record, complete)
+        self.last_answered = answered
+        record.answer = (answered.status, answered.headers, answered.body)
+        return answered
+
+    @staticmethod
+    def show(record: AttemptRecord, answer: Answer, body: bytes) -> None:
+        """An answer shown with its attempt in mitmweb, never forwarded (it said nothing)."""
+        record.answer = (answer.status, forwarded_response_headers(answer.headers), body)
+
+    def committed(self, record: AttemptRecord, upstream: str, first_event: str) -> None:
+        record.phase = "output"
+        record.finish("committed")
+        self.exchange.answered_by = upstream
+        self.exchange.answered_url = record.url
+        self.exchange.outcome = "committed"
+        self.log.committed(record, first_event)
+
+    def gave_up(self, answered: Answered) -> None:
+        """The client gets this (failed) answer: say whose it is."""
+        self.exchange.answered_by = answered.record.upstream
+        self.exchange.answered_url = answered.record.url
+        self.exchange.outcome = "gave_up"
+
+    def cut(self, record: AttemptRecord, message: str, code: str) -> None:
+        """A stream that broke after output must not look like a clean end."""
+        self.exchange.outcome = code
+        self.log.cut(record, code, message)
+        self.client.error_event(f"switchyard: {message}", code)
+
+    def forward(self, answered: Answered, info: ErrorInfo) -> None:
+        """A provider's failure, for the client as it was sent."""
+        self.gave_up(answered)
+        self.client.stop_keepalive()
+        if self.client.headers_sent:
+            # the provider's own type, else the one its status stands for: a fatal error
+            # must not read as one worth retrying
+            error_type = info.type
+            if error_type is None and info.status is not None:
+                error_type = code_and_type_for_status(self.client.api.name, info.status)[1]
+            code = info.code or error_type or "upstream_error"
+            self.client.error_event(info.message or "upstream failed", code, error_type)
+        else:
+            self._send(answered)
+
+    def exhausted(self, last_message: str, timed_out: bool) -> None:
+        """Nothing left to try and no upstream response open to forward."""
+        self.exchange.outcome = "exhausted"
+        self.client.stop_keepalive()
+        self.log.exhausted(last_message)
+        code = "upstream_timeout" if timed_out else "upstream_unavailable"
+        if self.client.headers_sent:
+            self.client.error_event(f"switchyard: every upstream failed; last: {last_message}", code)
+        elif self.last_answered is not None:
+            self.gave_up(self.last_answered)
+            self.exchange.outcome = "exhausted"
+            self._send(self.last_answered)
+        else:
+            message = f"switchyard: no upstream answered; last: {last_message}"
+            self.client.send_error(504 if timed_out else 502, message, code, self.exchange.attempts[-1].upstream)
+
+    def internal_error(self, what: str) -> None:
+        message = f"switchyard: internal error ({what}); see the mitmproxy log"
+        if self.client.headers_sent:
+            self.client.error_event(message, "switchyard_internal_error")
+        else:
+            upstream = self.exchange.attempts[-1].upstream if self.exchange.attempts else "none"
+            self.client.send_error(502, message, "switchyard_internal_error", upstream)
+
+    def _send(self, answered: Answered) -> None:
+        """A failed answer as the provider sent it; one that broke off while it was
+        read reaches the client broken off too, never with a length claiming it whole."""
+        if answered.complete:
+            self.client.send_whole(answered.status, answered.headers, answered.body, answered.record.upstream)
+            return
+        self.client.start(answered.status, answered.headers, answered.record.upstream)
+        self.client.write(answered.body)
+        self.client.cut()
