@@ -186,11 +186,11 @@ def provider() -> Iterator[FakeProvider]:
 
 @pytest.fixture(scope="session")
 def mitm(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mitmdump]:
-    from tests.support.mitm import free_port
+    from tests.support.mitm import refused_port
 
     workdir = tmp_path_factory.mktemp("mitm")
     rules = workdir / "rules.yaml"
-    rules.write_text(E2E_RULES.format(p2=provider.ports[1], dead=free_port()))
+    rules.write_text(E2E_RULES.format(p2=provider.ports[1], dead=refused_port()))
     dump = start_mitmdump(
         rules,
         workdir / "mitmdump.log",

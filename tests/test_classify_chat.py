@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx2
+import openai
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -724,16 +726,13 @@ def test_error_body_round_trips() -> None:
 
 
 def _sdk_client(status: int, content: bytes, content_type: str) -> Any:
-    openai = pytest.importorskip("openai")
-    httpx = pytest.importorskip("httpx2")
-
     def handler(request: Any) -> Any:
-        return httpx.Response(status, headers={"content-type": content_type}, content=content)
+        return httpx2.Response(status, headers={"content-type": content_type}, content=content)
 
     return openai, openai.OpenAI(
         api_key="sk-test",
         base_url="http://upstream.test/v1",
-        http_client=httpx.Client(transport=httpx.MockTransport(handler)),
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
         max_retries=0,
     )
 

@@ -2,8 +2,10 @@
 the loopback socket with `switchyard_direct_relay=false`: a client cannot tell.
 
 Each behaviour runs on both: the shared mitmdump (in-process, the default) and one
-started here with the option off (and debug verbosity).  What differs is only the bytes the proxy moves
-through the kernel, which /proc/<pid>/io counts.
+started here with the option off (and debug verbosity).  What differs is only the bytes
+that cross the loopback interface (/proc/net/dev: asyncio's send and recv are not in
+/proc/<pid>/io).  The figure is machine-wide: the suite expects no other heavy loopback
+traffic while it runs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 from tests.conftest import BACKUP_SECRET, E2E_RULES, Env
 from tests.support import wire
 from tests.support.fake_provider import RESET, FakeProvider, Reply
-from tests.support.mitm import Mitmdump, free_port, start_mitmdump
+from tests.support.mitm import Mitmdump, refused_port, start_mitmdump
 from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Flood, Server, dechunk
 
 FRAME = wire.chat_chunk({"content": "y" * 1000})
@@ -27,7 +29,7 @@ FRAME = wire.chat_chunk({"content": "y" * 1000})
 def socket_mitm(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mitmdump]:
     workdir = tmp_path_factory.mktemp("mitm-socket")
     rules = workdir / "rules.yaml"
-    rules.write_text(E2E_RULES.format(p2=provider.ports[1], dead=free_port()))
+    rules.write_text(E2E_RULES.format(p2=provider.ports[1], dead=refused_port()))
     dump = start_mitmdump(rules, workdir / "mitmdump.log",
                           extra_args=["--set", "switchyard_direct_relay=false", "--set", "termlog_verbosity=debug"],
                           env={"SWY_TEST_BACKUP_KEY": BACKUP_SECRET, "SWY_TEST_BACKUP_HOST": "127.0.0.1"})

@@ -136,6 +136,7 @@ def test_streams_in_flight_when_the_script_is_reloaded_finish_whole(tmp_path: Pa
         mark = dump.log_mark()
         edit(script, ADDON.read_text() + "\n# edited\n")  # about a second into a three-second answer
         dump.wait_for_log("switchyard.rules_loaded", mark)
+        assert client.is_alive()  # the script was reloaded while the answer was still streaming
         client.join(20)
         assert got == [b"".join(frames)]
         assert answered_by_after_a_primary_failure(dump, provider) == backup_answer("backup")  # the new relay

@@ -219,7 +219,8 @@ async def test_openai_sdk_responses_connect_sees_one_clean_turn(upstream: WsProv
     client = openai.AsyncOpenAI(api_key="sk-test-ws", base_url=f"http://127.0.0.1:{upstream.port}/v1")
     types: list[str] = []
     text = ""
-    async with client.responses.connect(websocket_connection_options={"proxy": ws_mitm.proxy_url}) as connection:
+    async with (asyncio.timeout(20),
+                client.responses.connect(websocket_connection_options={"proxy": ws_mitm.proxy_url}) as connection):
         await connection.response.create(model="gpt-4o", input="say hello")
         async for server_event in connection:
             types.append(server_event.type)
@@ -277,10 +278,12 @@ async def test_a_new_turn_during_the_backoff_gets_the_first_turns_failure_first(
     good = answer_turn("resp_B")
     upstream.script(failing, good)
     url = upstream.proxied_url.replace("/v1/responses", "/patient/v1/responses")
+    mark = ws_mitm.log_mark()
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(create("one"))
-            await asyncio.sleep(0.5)  # turn 1 failed; its retry waits on a 1.5 s backoff
+            # turn 1 failed; its retry waits on a 1.5 s backoff
+            await asyncio.to_thread(ws_mitm.wait_for_log, "decision=retry", mark)
             await ws.send_str(create("two"))
             first = (await ws.receive(timeout=10)).data
             got = await receive_turn(ws)
@@ -298,10 +301,12 @@ async def test_a_failed_attempts_late_failure_is_dropped_after_the_client_moved_
     good = answer_turn("resp_B")
     upstream.script([failing[0], failing[1], 0.6, failing[2]], good)
     url = upstream.proxied_url.replace("/v1/responses", "/patient/v1/responses")
+    mark = ws_mitm.log_mark()
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(create("one"))
-            await asyncio.sleep(0.3)  # turn 1 failed; its retry waits on a 1.5 s backoff
+            # turn 1 failed; its retry waits on a 1.5 s backoff
+            await asyncio.to_thread(ws_mitm.wait_for_log, "decision=retry", mark)
             await ws.send_str(create("two"))
             first = (await ws.receive(timeout=10)).data
             got = await receive_turn(ws)
@@ -335,13 +340,13 @@ async def test_the_next_turns_own_error_is_not_drained_with_a_timed_out_response
     late = answer_turn("resp_stall")
     rejected = event("error", status=429, error={"type": "rate_limit_error", "code": "rate_limit_exceeded",
                                                  "message": "Rate limit reached"})
-    upstream.script([late[0], 1.5, overload_error(1)], [rejected])  # silent, then dies with a bare error
+    upstream.script([late[0], 1.2, overload_error(1)], [rejected])  # silent, then dies with a bare error
     url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(create("slow one"))
             first = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
-            await asyncio.sleep(1.0)  # the silent response dies meanwhile
+            await asyncio.sleep(1.5)  # the silent response dies meanwhile (at 1.2 s)
             await ws.send_str(create("again"))
             second = (await ws.receive(timeout=5)).data
     assert json.loads(first[1])["code"] == "upstream_timeout"
@@ -355,13 +360,13 @@ async def test_a_response_that_timed_out_before_naming_itself_is_still_drained(u
     what comes once the next turn has begun."""
     late = answer_turn("resp_stall", text="STALE ANSWER")
     fresh = answer_turn("resp_two", text="FRESH ANSWER")
-    upstream.script([1.5, *late[:2], 1.0, *late[2:]], fresh)  # wakes at 1.5 s, goes on at 2.5 s
+    upstream.script([1.2, *late[:2], 1.5, *late[2:]], fresh)  # wakes at 1.2 s, goes on at 2.7 s
     url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(create("slow one"))
             timeout_error = (await ws.receive(timeout=10)).data  # at 1 s
-            await asyncio.sleep(0.8)  # it wakes and names itself meanwhile
+            await asyncio.sleep(1.0)  # it wakes and names itself meanwhile (at 1.2 s)
             await ws.send_str(create("again"))
             second = await receive_turn(ws)
             await assert_nothing_more(ws)

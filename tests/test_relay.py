@@ -212,11 +212,13 @@ async def test_a_first_answer_is_logged_as_committed_once_the_exchange_ends(
     the end, with how the exchange ended."""
     caplog.set_level(logging.DEBUG, logger="switchyard")
     seen_before_end: list[str] = []
+    client_has_it = asyncio.Event()
 
     async def upstream(peer: Peer) -> None:
         await peer.read_request()
         await peer.send(chunked_head([("Content-Type", "text/event-stream")]), chunk(content("hi")))
-        await asyncio.sleep(0.05)  # the client has the first token by now
+        async with asyncio.timeout(WAIT_S):
+            await client_has_it.wait()  # the client has the first token
         seen_before_end.extend(r.getMessage() for r in caplog.records)
         await peer.send(chunk(DONE), LAST_CHUNK)
         await peer.wait_closed_by_client()
@@ -224,7 +226,14 @@ async def test_a_first_answer_is_logged_as_committed_once_the_exchange_ends(
     async with Server(upstream) as up:
         exchange = register(relay, up)
         reader, writer = await ask(relay, exchange.token)
-        body = await read_until_closed(reader)
+        first = b""
+        async with asyncio.timeout(WAIT_S):
+            while content("hi") not in first:  # whole inside its chunk
+                more = await reader.read(65536)
+                assert more, "the relay closed before the first token"
+                first += more
+        client_has_it.set()
+        body = first + await read_until_closed(reader)
         writer.close()
     assert dechunk(body.split(b"\r\n\r\n", 1)[1]) == content("hi") + DONE
     assert not [m for m in seen_before_end if m.startswith("switchyard.committed")]

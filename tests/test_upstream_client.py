@@ -31,6 +31,7 @@ from switchyard_core.relay.upstream_client import UpstreamClient
 from switchyard_core.relay.upstream_connection import UpstreamAnswer
 from switchyard_core.relay.upstream import ConnectionBroke, ConnectTimeout, UpstreamRequest, transport_failure
 
+from tests.support.mitm import refused_port
 from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Peer, Server, answering, chunk, chunked_head, response
 
 
@@ -93,13 +94,6 @@ def request_head(raw: bytes) -> tuple[str, dict[str, str], bytes]:
         assert name.lower() not in headers, f"duplicate header {name}"
         headers[name.lower()] = value.strip()
     return line, headers, body
-
-
-def free_port() -> int:
-    """A loopback port with nothing listening on it."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 SSE = (b'data: {"delta":"Hel"}\n\n', b'data: {"delta":"lo"}\n\n', b"event: done\ndata: [DONE]\n\n")
@@ -339,7 +333,7 @@ async def test_server_closes_before_answering(client: UpstreamClient) -> None:
 
 async def test_connection_refused(client: UpstreamClient) -> None:
     with pytest.raises(OSError) as caught:
-        await open_answer(client, f"http://127.0.0.1:{free_port()}/")
+        await open_answer(client, f"http://127.0.0.1:{refused_port()}/")
     assert not isinstance(caught.value, ConnectionBroke)
     assert transport_failure(caught.value).message == "connection refused or unreachable"
 
@@ -656,7 +650,7 @@ async def test_header_with_a_line_break_is_refused_before_sending(client: Upstre
 
 
 async def test_http_through_an_upstream_proxy_uses_absolute_form_with_credentials() -> None:
-    target_port = free_port()  # never contacted: the proxy answers
+    target_port = refused_port()  # never contacted: the proxy answers
     async with Server(answering(response(body=b"via proxy"))) as proxy:
         client = UpstreamClient(proxy=f"http://127.0.0.1:{proxy.port}", proxy_auth="user:pw")
         try:

@@ -14,6 +14,7 @@ import asyncio
 import json
 import ssl
 import threading
+import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
@@ -88,6 +89,7 @@ class FakeProvider:
         self.ports: list[int] = []
         self.finished = 0  # replies written to the end
         self.cancelled = 0  # replies whose client went away first
+        self._in_flight = 0  # replies being played now
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -98,7 +100,12 @@ class FakeProvider:
         with self._lock:
             self._scripts[upstream].extend(replies)
 
-    def reset(self) -> None:
+    def reset(self, settle_s: float = 5.0) -> None:
+        """Forget scripts, calls and counters, once the replies still being played have
+        ended (bounded): a reply of the last test must not count in the next one."""
+        deadline = time.monotonic() + settle_s
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
         with self._lock:
             self._scripts.clear()
             self.calls.clear()
@@ -122,6 +129,7 @@ class FakeProvider:
             self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body))
             queue = self._scripts.get(upstream)
             reply = queue.popleft() if queue else None
+            self._in_flight += 1
         if reply is None or reply is NORMAL:
             reply = wire.normal_reply("/" + rest, upstream, _nonce(body), stream=_wants_stream(body))
         try:
@@ -132,6 +140,9 @@ class FakeProvider:
         except ConnectionResetError:  # the client left while we were writing
             self.cancelled += 1
             return web.Response(status=499)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     async def _play(self, request: web.Request, reply: Reply) -> web.StreamResponse:
         if reply.delay_headers_s:

@@ -21,6 +21,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+_REFUSING: list[socket.socket] = []  # held for the whole session
+
+
+def refused_port() -> int:
+    """A loopback port that refuses connections for the whole session: bound and never
+    listening, so nothing else can take it (a port merely found free could be taken,
+    or become a connection's own source port, before it is dialled)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _REFUSING.append(sock)
+    return sock.getsockname()[1]
+
+
 @dataclass
 class Mitmdump:
     process: subprocess.Popen[bytes]
@@ -55,12 +68,12 @@ class Mitmdump:
             handle.seek(mark)
             return handle.read().decode(errors="replace")
 
-    def wait_for_log(self, text: str, mark: int = 0, timeout_s: float = 10.0) -> str:
-        """Poll the log (bounded) until `text` shows up after `mark`."""
+    def wait_for_log(self, text: str, mark: int = 0, timeout_s: float = 10.0, count: int = 1) -> str:
+        """Poll the log (bounded) until `text` shows up (`count` times) after `mark`."""
         deadline = time.monotonic() + timeout_s
         while True:
             found = self.log_since(mark)
-            if text in found:
+            if found.count(text) >= count:
                 return found
             if time.monotonic() > deadline:
                 raise AssertionError(f"{text!r} not logged within {timeout_s}s; log:\n{found[-4000:]}")
