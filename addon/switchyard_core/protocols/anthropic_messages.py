@@ -66,11 +66,7 @@ class MessagesStream(StreamState):
             # the SDK skips events without data
             return Classification(FrameKind.LIFECYCLE, event.event) if event.event else _KEEPALIVE
         if data.startswith("[DONE]"):
-            # not sent by Anthropic, but a gateway may append it
-            self._complete = True
-            if self._seen_output:
-                return Classification(FrameKind.TERMINAL, "[DONE]")
-            return Classification(FrameKind.EMPTY_END, "[DONE]")
+            return self._done()  # not sent by Anthropic, but a gateway may append it
         obj = event.json()
         etype = obj.get("type") if isinstance(obj, dict) else None
         if not isinstance(etype, str):

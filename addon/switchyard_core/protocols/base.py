@@ -78,6 +78,10 @@ def carries_text(value: Any) -> bool:
     return False
 
 
+_DONE = Classification(FrameKind.TERMINAL, "[DONE]")
+_DONE_EMPTY = Classification(FrameKind.EMPTY_END, "[DONE]")
+
+
 class StreamState:
     """What every stream classifier keeps: whether output was seen, whether the
     API's end marker was.  Subclasses classify one frame in `_classify`."""
@@ -100,6 +104,12 @@ class StreamState:
 
     def _classify(self, event: SseEvent) -> Classification:
         raise NotImplementedError
+
+    def _done(self) -> Classification:
+        """`[DONE]`: Chat's end marker, which some gateways append to the other APIs'
+        streams too.  Alone, before any output, it ends an empty answer."""
+        self._complete = True
+        return _DONE if self._seen_output else _DONE_EMPTY
 
 
 class Api(Protocol):

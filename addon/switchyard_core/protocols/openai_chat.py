@@ -124,10 +124,7 @@ class ChatStream(StreamState):
         if data is None:
             return _LIFECYCLE if event.event else _KEEPALIVE
         if data.startswith("[DONE]"):
-            self._complete = True
-            if self._seen_output:
-                return Classification(FrameKind.TERMINAL, "[DONE]")
-            return Classification(FrameKind.EMPTY_END, "[DONE]")
+            return self._done()
         obj = event.json()
         if event.event == "error":
             info = error_info(obj, event_type="error") or ErrorInfo(

@@ -151,11 +151,7 @@ class ResponsesStream(StreamState):
                 return Classification(FrameKind.FAILURE, event.event, failed_info(None))
             return Classification(FrameKind.LIFECYCLE, event.event) if event.event else _KEEPALIVE
         if data.startswith("[DONE]"):
-            # not sent by OpenAI, but some gateways append it
-            self._complete = True
-            if self._seen_output:
-                return Classification(FrameKind.TERMINAL, "[DONE]")
-            return Classification(FrameKind.EMPTY_END, "[DONE]")
+            return self._done()  # not sent by OpenAI here, but some gateways append it
         obj = event.json()
         etype = _event_type(event, obj)
         if event.event == "error" or etype == "error":
