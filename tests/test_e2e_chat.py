@@ -7,6 +7,7 @@ how often, and what was logged.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -16,6 +17,7 @@ import pytest
 from tests.conftest import BACKUP_SECRET, BODY_MARKER, CLIENT_SECRET, Env
 from tests.support import wire
 from tests.support.fake_provider import RESET, Reply
+from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Server, answering, dechunk, response
 
 HEADLINE = wire.chat_error(503, "provider overloaded")  # DESIGN's headline frame
 BACKUP_BYTES = b"".join(wire.chat_stream(wire.answer_text("backup")))
@@ -641,3 +643,31 @@ def test_a_forwarded_failure_that_breaks_off_reaches_the_client_as_a_cut(env: En
     assert result.body == wire.CHAT_ROLE + wire.chat_error(503, "last")
     assert result.returncode == 18  # curl: transfer closed with outstanding data, not a clean end
     assert env.curl(chat_url(env), env.chat_body()).body == PRIMARY_BYTES  # and the proxy is fine
+
+
+# --- requests only a lenient parser takes ---------------------------------------------------
+
+
+async def test_a_request_mitmproxy_accepts_reaches_the_upstream_as_the_client_sent_it(env: Env) -> None:
+    """A raw UTF-8 query, a lowercase method, a control character in a header value:
+    mitmproxy takes them, and so must the relay hop (the relay's parser is stricter)."""
+    answer = b"".join(wire.chat_stream("as sent"))
+    body = env.chat_body()
+    async with Server(answering(response(headers=[("Content-Type", "text/event-stream")], body=answer))) as up:
+        target = up.url("/solo/v1/chat/completions").encode() + "?user=José".encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(env.mitm.proxy_url.rsplit(":", 1)[1]))
+        writer.write(b"post " + target + b" HTTP/1.1\r\nHost: " + target.split(b"/")[2] + b"\r\n"
+                     b"X-Trace: a\x01b\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        async with asyncio.timeout(WAIT_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+            received = await reader.readuntil(LAST_CHUNK)  # streamed to the client, chunked
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200")
+    assert dechunk(received) == answer
+    sent = up.requests[0]
+    method, _, rest = sent.partition(b" ")
+    assert method.upper() == b"POST"  # mitmproxy's own request.method is upper case
+    assert rest.startswith("/solo/v1/chat/completions?user=José HTTP/1.1\r\n".encode())
+    assert b"\r\nX-Trace: a\x01b\r\n" in sent
+    assert sent.endswith(body)

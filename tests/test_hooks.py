@@ -408,6 +408,30 @@ async def test_an_answer_on_the_same_upstreams_retry_is_not_called_a_fallback(tm
     assert "failed_attempts=1, retries_answered=1, fallbacks=0" in status
 
 
+async def test_the_relay_hop_asks_with_a_plain_path_and_method_and_the_flow_shows_the_clients(tmp_path: Path) -> None:
+    from tests.support.fake_provider import FakeProvider
+
+    provider = FakeProvider().start()
+    try:
+        rules = tmp_path / "rules.yaml"
+        rules.write_text("version: 1\ndefaults: {pre_answer_keepalive_s: 0}\nroutes:\n  - name: chat\n"
+                         "    match: {path: /primary/v1/chat/completions}\n"
+                         "    upstreams:\n      - {name: primary, url: original}\n")
+        with routing(rules) as router:
+            flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions?user=Jos%C3%A9")
+            flow.request.scheme, flow.request.port = "http", provider.ports[0]
+            flow.request.data.method = b"post"
+            await router.route(flow)
+            assert (flow.request.data.method, flow.request.path) == (b"POST", "/")  # what the relay parses
+            await play(router, flow)
+            router.done()
+    finally:
+        provider.stop()
+    assert flow.request.data.method == b"post"
+    assert flow.request.url == f"http://127.0.0.1:{provider.ports[0]}/primary/v1/chat/completions?user=Jos%C3%A9"
+    assert provider.calls[0].path == "/v1/chat/completions"
+
+
 def test_content_view_lists_frames_with_their_classification() -> None:
     from mitmproxy import contentviews
 

@@ -61,11 +61,13 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange) -> None:
         return  # already shown (responseheaders, then response)
     exchange.shown_url = answered
     request.headers.pop(TOKEN_HEADER, None)
+    if exchange.flow_address is not None:
+        request.data.method = exchange.flow_address[5]  # the relay was asked with POST or HEAD
     if answered == original.url and exchange.flow_address is not None:
         # the original destination answered (the common case): put back the fields
         # the request hook changed, as they were (cheaper than parsing the URL again)
         data = request.data
-        data.scheme, data.host, data.port, data.authority = exchange.flow_address
+        data.scheme, data.host, data.port, data.authority, data.path, _ = exchange.flow_address
         _restore_host_header(request, original)
         return
     if is_cross_origin(answered, original.url):

@@ -170,10 +170,15 @@ class Router:
             exchange.mitmproxy_streams = lambda: relay_streams(flow)
         flow.metadata[METADATA_KEY] = {"route": route.name, "api": route.api, "original_url": redact_query(original.url)}
         data = request.data
-        exchange.flow_address = (data.scheme, data.host, data.port, data.authority)
+        exchange.flow_address = (data.scheme, data.host, data.port, data.authority, data.path, data.method)
         request.scheme = "http"
         request.host = "127.0.0.1"
         request.port = relay.port
+        # the relay reads only the token, and whether an answer may have a body: a path or
+        # method its strict parser refuses (a raw non-ASCII query, a lowercase or unknown
+        # method), which mitmproxy accepts, must not cost the flow its answer
+        data.path = b"/"
+        data.method = b"HEAD" if data.method.upper() == b"HEAD" else b"POST"
         request.headers[TOKEN_HEADER] = exchange.token
         # mitmproxy picks the connection by the request's address and scheme and the
         # flow's `via` and transport: plain TCP to the relay, no upstream proxy in

@@ -96,7 +96,7 @@ class Exchange:
     suppressed_failover: bool = False
     shown_url: str | None = None  # the URL the flow was last restored to, for display
     # the flow's scheme, host, port and authority before the Router re-aimed it at the relay
-    flow_address: tuple[bytes, str, int, bytes] | None = None
+    flow_address: tuple[bytes, str, int, bytes, bytes, bytes] | None = None
     faults: "FaultPlan | None" = None
     provisional_head: bool = False  # the relay may answer mitmproxy before the real head is known
     head: "asyncio.Future[AnswerHead] | None" = None  # set when the relay begins such an answer

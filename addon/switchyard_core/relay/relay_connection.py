@@ -62,6 +62,9 @@ class RelayConnection(asyncio.Protocol):
         self.relay = relay
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
+        # header values as mitmproxy passes them on (a control character in one is the
+        # client's business); only the token is read from them
+        self._parser.set_dangerous_leniencies(lenient_headers=True)
         self._token = ""
         self._task: asyncio.Task[None] | None = None
         self._idle: asyncio.TimerHandle | None = None  # closes the connection if nothing completes in time
