@@ -21,10 +21,12 @@ import gzip
 import random
 import socket
 import struct
+import sys
 import zlib
 from pathlib import Path
 from collections.abc import AsyncIterator, Callable, Sequence
 
+import brotli
 import pytest
 
 from switchyard_core.relay.upstream_client import UpstreamClient
@@ -32,6 +34,11 @@ from switchyard_core.relay.upstream_connection import UpstreamAnswer
 from switchyard_core.relay.upstream import ConnectionBroke, ConnectTimeout, UpstreamRequest, transport_failure
 
 from tests.support.mitm import refused_port
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
 from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Peer, Server, answering, chunk, chunked_head, response
 
 
@@ -201,10 +208,21 @@ def _raw_deflate(data: bytes) -> bytes:
     return compressor.compress(data) + compressor.flush()
 
 
+def _brotli(data: bytes) -> bytes:
+    return brotli.compress(data)
+
+
+def _zstd_two_frames(data: bytes) -> bytes:
+    half = len(data) // 2
+    return zstd.compress(data[:half]) + zstd.compress(data[half:])
+
+
 @pytest.mark.parametrize("coding, compress", [
     pytest.param("gzip", _gzip, id="gzip"),
     pytest.param("deflate", _zlib_deflate, id="deflate-zlib"),
     pytest.param("deflate", _raw_deflate, id="deflate-raw"),
+    pytest.param("br", _brotli, id="br"),  # not asked for, but sent by some
+    pytest.param("zstd", _zstd_two_frames, id="zstd-two-frames"),
 ])
 @pytest.mark.parametrize("split", [
     pytest.param(lambda data: [data], id="one-chunk"),
@@ -230,6 +248,8 @@ async def test_compressed_body_is_decoded(client: UpstreamClient, coding: str, c
 @pytest.mark.parametrize("coding, compress", [
     pytest.param("gzip", _gzip, id="gzip"),
     pytest.param("deflate", _raw_deflate, id="deflate-raw"),
+    pytest.param("br", _brotli, id="br"),
+    pytest.param("zstd", _zstd_two_frames, id="zstd"),
 ])
 async def test_compressed_close_delimited_body_is_decoded(client: UpstreamClient, coding: str,
                                                           compress: Callable[[bytes], bytes]) -> None:
@@ -243,6 +263,45 @@ async def test_compressed_close_delimited_body_is_decoded(client: UpstreamClient
     async with Server(handle) as server:
         answer = await open_answer(client, server.url())
         assert await read_all(answer) == (plain, None)
+
+
+@pytest.mark.parametrize("coding", ["compress", "gzip, gzip", "exi"])
+async def test_a_coding_it_cannot_read_is_a_transport_failure_never_passed_on(client: UpstreamClient,
+                                                                              coding: str) -> None:
+    """Its bytes could not be classified, and the client never asked for them."""
+    async with Server(answering(response(headers=[("Content-Encoding", coding)], body=b"\x1f\x9d..."))) as server:
+        with pytest.raises(ConnectionBroke) as caught:
+            await open_answer(client, server.url())
+    assert transport_failure(caught.value).message == (
+        f"upstream answered with Content-Encoding {coding!r}, which it was not asked for and Switchyard cannot read")
+
+
+async def test_a_transfer_coding_besides_chunked_is_a_transport_failure(client: UpstreamClient) -> None:
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(response(headers=[("Transfer-Encoding", "gzip, chunked")], length=False)
+                        + chunk(gzip.compress(b"hidden")) + LAST_CHUNK)
+        await peer.wait_closed_by_client()
+
+    async with Server(handle) as server:
+        with pytest.raises(ConnectionBroke) as caught:
+            await open_answer(client, server.url())
+    assert caught.value.what == "upstream answered with Transfer-Encoding 'gzip, chunked', which Switchyard cannot read"
+
+
+@pytest.mark.parametrize("coding", ["br", "zstd"])
+async def test_a_cut_br_or_zstd_body_is_not_a_clean_end(client: UpstreamClient, coding: str) -> None:
+    encoded = (_brotli if coding == "br" else zstd.compress)(b"plain text, " * 2000)
+
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(response(headers=[("Content-Encoding", coding)], length=False), encoded[:len(encoded) // 2])
+        peer.close()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        _, error = await read_all(answer)
+    assert isinstance(error, ConnectionBroke)
 
 
 async def test_corrupt_compressed_body_breaks(client: UpstreamClient) -> None:

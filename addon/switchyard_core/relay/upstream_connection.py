@@ -16,13 +16,13 @@ cut, never ends cleanly.  `upstream_client` opens, pools and reuses these.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from typing import TYPE_CHECKING
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from .body import Body
+from .content_coding import Decoder, MalformedBody, UnsupportedCoding, decoder_for
 from .upstream import ConnectionBroke
 
 if TYPE_CHECKING:
@@ -30,58 +30,6 @@ if TYPE_CHECKING:
 
 CONNECT_REPLY_LIMIT = 64 * 1024
 Key = tuple[str, str, int]  # scheme, host, port: what a pooled connection can be reused for
-
-
-class _Decoder:
-    """A gzip or deflate body, decoded as it arrives.  HTTP's "deflate" is
-    zlib-wrapped by the spec and raw in some servers: both are taken, told apart
-    by the zlib header once two bytes are in.  `complete` says whether the
-    compressed stream reached its end: a cut one must not look like a clean end."""
-
-    __slots__ = ("_gzip", "_inner", "_head", "_fed")
-
-    def __init__(self, coding: str) -> None:
-        self._gzip = coding == "gzip"
-        self._inner = zlib.decompressobj(16 + zlib.MAX_WBITS) if self._gzip else None
-        self._head = b""
-        self._fed = False
-
-    @classmethod
-    def of(cls, content_encoding: str) -> "_Decoder | None":
-        coding = content_encoding.strip().lower()
-        if coding in ("gzip", "x-gzip"):
-            return cls("gzip")
-        if coding == "deflate":
-            return cls("deflate")
-        return None
-
-    def decompress(self, data: bytes) -> bytes:
-        """Raises zlib.error on a malformed stream, or on bytes after a deflate stream's end."""
-        if data:
-            self._fed = True
-        if self._inner is None:
-            self._head += data
-            if len(self._head) < 2:
-                return b""
-            cmf, flg = self._head[0], self._head[1]
-            wrapped = cmf & 0x0F == 8 and (cmf * 256 + flg) % 31 == 0
-            self._inner = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
-            data, self._head = self._head, b""
-        out = self._inner.decompress(data)
-        while self._inner.eof and self._inner.unused_data:
-            rest = self._inner.unused_data
-            if not self._gzip:
-                raise zlib.error("bytes after the end of a deflate stream")
-            self._inner = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip allows several members, one after another
-            out += self._inner.decompress(rest)
-        return out
-
-    def flush(self) -> bytes:
-        return self._inner.flush() if self._inner is not None else b""
-
-    @property
-    def complete(self) -> bool:
-        return not self._fed or (self._inner is not None and self._inner.eof)
 
 
 class UpstreamAnswer:
@@ -118,7 +66,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._headers: list[tuple[str, str]] = []
         self._pieces: list[bytes] = []  # body bytes of the read being parsed
         self._answer: UpstreamAnswer | None = None
-        self._decoder: _Decoder | None = None
+        self._decoder: Decoder | None = None
         self._complete = False
         self._until_close = False  # a body with neither length nor chunks: it ends when the connection does
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -182,9 +130,19 @@ class UpstreamConnection(asyncio.Protocol):
             self._headers = []
             return
         headers = CIMultiDictProxy(CIMultiDict(self._headers))
-        self._until_close = ("chunked" not in headers.get("transfer-encoding", "").lower()
+        transfer = headers.get("transfer-encoding", "")
+        self._until_close = ("chunked" not in transfer.lower()
                              and "content-length" not in headers and status not in (204, 304))
-        self._decoder = _Decoder.of(headers.get("content-encoding", ""))
+        if any(coding.strip().lower() not in ("", "chunked", "identity") for coding in transfer.split(",")):
+            # `gzip, chunked`: llhttp undoes the chunks only, and nobody asked for the rest
+            self._broke(f"upstream answered with Transfer-Encoding {transfer.strip()[:40]!r}, "
+                        "which Switchyard cannot read")
+            return
+        try:
+            self._decoder = decoder_for(headers.get("content-encoding", ""))
+        except UnsupportedCoding as exc:
+            self._broke(str(exc))
+            return
         answer = self._answer = UpstreamAnswer(self, status, headers)
         if not self._head.done():
             self._head.set_result(answer)
@@ -200,7 +158,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self._decoder is not None:
             try:
                 data = self._decoder.decompress(data)
-            except zlib.error:
+            except MalformedBody:
                 self._broke("malformed compressed body")
                 return
         if data:
@@ -225,7 +183,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self._decoder is not None:
             try:
                 answer.body.feed(self._decoder.flush())
-            except zlib.error:
+            except MalformedBody:
                 self._broke("malformed compressed body")
                 return
             if not self._decoder.complete:
@@ -351,7 +309,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         try:
             tail = decoder.flush() if decoder is not None else b""
-        except zlib.error:
+        except MalformedBody:
             answer.body.end(ConnectionBroke("malformed compressed body"))
             return
         answer.body.feed(tail)
