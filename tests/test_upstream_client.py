@@ -276,6 +276,14 @@ async def test_a_coding_it_cannot_read_is_a_transport_failure_never_passed_on(cl
         f"upstream answered with Content-Encoding {coding!r}, which it was not asked for and Switchyard cannot read")
 
 
+async def test_a_header_folded_onto_a_second_line_is_read_as_mitmproxy_reads_it(client: UpstreamClient) -> None:
+    head = b"HTTP/1.1 200 OK\r\nX-Folded: first\r\n second-line\r\nContent-Length: 2\r\n\r\nok"
+    async with Server(answering(head)) as server:
+        answer = await open_answer(client, server.url())
+        assert answer.headers["X-Folded"] == "first second-line"
+        assert await read_all(answer) == (b"ok", None)
+
+
 async def test_a_transfer_coding_besides_chunked_is_a_transport_failure(client: UpstreamClient) -> None:
     async def handle(peer: Peer) -> None:
         await peer.read_request()

@@ -203,9 +203,11 @@ class UpstreamConnection(asyncio.Protocol):
     def send(self, head: bytes, body: bytes, method: str) -> asyncio.Future[UpstreamAnswer]:
         assert self.transport is not None
         self._parser = parser = httptools.HttpResponseParser(self)
-        # as forgiving as mitmproxy's own reader, and no more: bare-LF line ends in the
-        # head, spaces after a chunk size (a Content-Length beside chunked it refuses too)
-        parser.set_dangerous_leniencies(lenient_optional_cr_before_lf=True, lenient_spaces_after_chunk_size=True)
+        # about as forgiving as mitmproxy's own reader: bare-LF line ends in the head, a
+        # header folded onto a second line (obs-fold) or holding a control character,
+        # spaces after a chunk size; a Content-Length beside chunked it refuses too
+        parser.set_dangerous_leniencies(lenient_optional_cr_before_lf=True, lenient_spaces_after_chunk_size=True,
+                                        lenient_headers=True)
         self._method = method
         self._headers = []
         self._pieces = []
