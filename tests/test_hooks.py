@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from mitmproxy import exceptions
+from mitmproxy import ctx, exceptions
 from mitmproxy.http import Headers, Response
 from mitmproxy.test import taddons, tflow
 
@@ -153,6 +153,25 @@ async def test_relay_refuses_requests_without_a_token_it_issued(rules_file: Path
             for headers in ({}, {TOKEN_HEADER: "forged"}):
                 async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers=headers, data=b"{}") as response:
                     assert response.status == 403
+        router.done()
+
+
+async def test_flows_of_listeners_that_know_only_addresses_pass_untouched_and_the_mode_is_warned_about(
+        rules_file: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Transparent, local, WireGuard and TUN flows carry the destination's IP address:
+    routes by name would not match, and an `original` upstream would be dialled by
+    address, with the address as TLS name.  Said once; their flows are left alone."""
+    from mitmproxy.proxy.mode_specs import ProxyMode
+
+    with caplog.at_level(logging.WARNING, logger="switchyard"), routing(rules_file) as router:
+        ctx.options.update(mode=["regular@8080", "local:python"])
+        assert "switchyard.mode_not_supported mode=local" in caplog.text
+        assert "mode=regular" not in caplog.text
+        flow = chat_flow()
+        flow.client_conn.proxy_mode = ProxyMode.parse("local:python")
+        before = flow.request.get_state()
+        await router.route(flow)
+        assert flow.request.get_state() == before and "switchyard" not in flow.metadata
         router.done()
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from mitmproxy import addonmanager, command, connection, ctx, hooks, http
 from mitmproxy.http import Headers
+from mitmproxy.proxy.mode_specs import ProxyMode
 
 from .. import observe
 from ..observe import METADATA_KEY
@@ -53,6 +54,9 @@ def _proxy_of(server: connection.Server) -> str | None:
     return f"{scheme}://{host}:{port}"
 
 
+ADDRESS_ONLY_MODES = frozenset({"transparent", "local", "wireguard", "tun"})
+
+
 class Router:
     def __init__(self, keeper: RulesKeeper) -> None:
         self.keeper = keeper
@@ -76,6 +80,19 @@ class Router:
         )
 
     def configure(self, updated: set[str]) -> None:
+        if "mode" in updated:
+            for spec in ctx.options.mode:
+                try:
+                    kind = ProxyMode.parse(spec).type_name
+                except ValueError:
+                    continue  # mitmproxy says what is wrong with it
+                if kind in ADDRESS_ONLY_MODES:
+                    # their flows carry the destination's IP address, and the client's SNI
+                    # only in mitmproxy's own connection: routes by host would not match,
+                    # and an `original` upstream would be asked for by address
+                    observe.emit(logging.WARNING, "switchyard.mode_not_supported", mode=kind,
+                                 note="Switchyard routes flows of regular, reverse, upstream and socks5 "
+                                      "listeners; flows of this one pass through untouched")
         if "switchyard_direct_relay" in updated:
             self._direct = ctx.options.switchyard_direct_relay
         if self.relay is not None and updated & UPSTREAM_OPTIONS:
@@ -132,6 +149,8 @@ class Router:
             return
         if "websocket" in flow.request.headers.get("upgrade", "").lower():
             return  # a WebSocket handshake: mitmproxy relays its messages (WebSocketTurns), not the relay
+        if flow.client_conn.proxy_mode.type_name in ADDRESS_ONLY_MODES:
+            return  # said once, when the listener was configured
         parsed: list[Any] = []  # the JSON body, parsed at most once, only if a route needs it
 
         def body() -> Any:
