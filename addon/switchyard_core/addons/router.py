@@ -91,8 +91,8 @@ class Router:
                     # only in mitmproxy's own connection: routes by host would not match,
                     # and an `original` upstream would be asked for by address
                     observe.emit(logging.WARNING, "switchyard.mode_not_supported", mode=kind,
-                                 note="Switchyard routes flows of regular, reverse, upstream and socks5 "
-                                      "listeners; flows of this one pass through untouched")
+                                 note="Switchyard routes flows of regular, reverse and upstream listeners; "
+                                      "flows of this one pass through untouched")
         if "switchyard_direct_relay" in updated:
             self._direct = ctx.options.switchyard_direct_relay
         if self.relay is not None and updated & UPSTREAM_OPTIONS:
