@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 
 import openai
@@ -671,3 +672,14 @@ async def test_a_request_mitmproxy_accepts_reaches_the_upstream_as_the_client_se
     assert rest.startswith("/solo/v1/chat/completions?user=José HTTP/1.1\r\n".encode())
     assert b"\r\nX-Trace: a\x01b\r\n" in sent
     assert sent.endswith(body)
+
+
+def test_an_http_1_0_client_gets_the_stream_without_chunks(env: Env) -> None:
+    """HTTP/1.0 has no chunked coding: the answer ends with the connection."""
+    done = subprocess.run(["curl", "-sS", "-N", "--http1.0", "-D", "-", "--max-time", "20", "-x", env.mitm.proxy_url,
+                           "--noproxy", "", "-H", "Content-Type: application/json", "--data-binary", "@-",
+                           chat_url(env)], input=env.chat_body(), capture_output=True, timeout=30)
+    head, _, body = done.stdout.partition(b"\r\n\r\n")
+    assert done.returncode == 0, done.stderr
+    assert b"transfer-encoding" not in head.lower()
+    assert body == PRIMARY_BYTES

@@ -206,6 +206,27 @@ async def test_an_answer_to_head_is_a_head_only_and_the_connection_stays_usable(
     assert after.startswith(b"HTTP/1.1 403")
 
 
+@pytest.mark.parametrize("method, upstream_head", [
+    ("HEAD", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n"),
+    ("POST", b"HTTP/1.1 204 No Content\r\n\r\n"),
+    ("POST", b"HTTP/1.1 304 Not Modified\r\nETag: x\r\n\r\n"),
+], ids=["head", "204", "304"])
+async def test_an_answer_without_a_body_claims_no_length(relay: Relay, method: str, upstream_head: bytes) -> None:
+    """204 and 304 must not carry a Content-Length, and an answer to HEAD must not claim 0."""
+    async with Server(answering(upstream_head)) as up:
+        url = up.url("/v1/chat/completions")
+        exchange = relay.register(route(url), OriginalRequest.of(method, url, (), b"", None))
+        reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+        writer.write(b"%b /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n%b: %b\r\nContent-Length: 0\r\n\r\n"
+                     % (method.encode(), TOKEN_HEADER.encode(), exchange.token.encode()))
+        async with asyncio.timeout(WAIT_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+    status = upstream_head.split(b" ", 2)[1]
+    assert head.startswith(b"HTTP/1.1 " + status)
+    assert b"content-length" not in head.lower()
+
+
 async def test_a_first_answer_is_logged_as_committed_once_the_exchange_ends(
         relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
     """The first token's moment gets no log line: `switchyard.committed` comes at

@@ -31,7 +31,8 @@ import pytest
 
 from switchyard_core.relay.upstream_client import UpstreamClient
 from switchyard_core.relay.upstream_connection import UpstreamAnswer
-from switchyard_core.relay.upstream import ConnectionBroke, ConnectTimeout, UpstreamRequest, transport_failure
+from switchyard_core.relay.upstream import (ConnectionBroke, ConnectTimeout, UpstreamRequest, redact_query, target_url,
+                                          transport_failure)
 
 from tests.support.mitm import refused_port
 
@@ -739,3 +740,18 @@ async def test_gzip_with_several_members_is_decoded_whole(client: UpstreamClient
     encoded = gzip.compress(b"part one;") + gzip.compress(b"part two")
     async with Server(answering(response(headers=[("Content-Encoding", "gzip")], body=encoded))) as server:
         assert await fetch(client, server.url()) == b"part one;part two"
+
+
+# ---------------------------------------------------------------------------
+# the client's query string on another origin, and as shown
+
+
+def test_credential_query_parameters_never_cross_origins_and_the_rest_goes_as_written() -> None:
+    original = ("https://api.example.com/v1/chat/completions"
+                "?api-version=2024-10-21&key=sk-1&access_token=t-2&sig=s%2B3&stream&note=a%20b")
+    same = target_url(original, "https://api.example.com/v1/chat/completions")
+    assert same == original  # its own origin gets it all
+    other = target_url(original, "https://backup.example.net/v1/chat/completions")
+    assert other == "https://backup.example.net/v1/chat/completions?api-version=2024-10-21&stream&note=a%20b"
+    assert redact_query(original) == ("https://api.example.com/v1/chat/completions?api-version=2024-10-21"
+                                      "&key=[redacted]&access_token=[redacted]&sig=[redacted]&stream&note=a%20b")

@@ -234,8 +234,8 @@ class Router:
         response.headers.pop("connection", None)
         if streamed:
             response.stream = DisplayCopy()
-            if flow.request.http_version.startswith("HTTP/1") and "content-length" not in response.headers:
-                response.headers["transfer-encoding"] = "chunked"
+            if flow.request.http_version == "HTTP/1.1" and "content-length" not in response.headers:
+                response.headers["transfer-encoding"] = "chunked"  # (HTTP/1.0 has no chunks: the close ends it)
 
     def response(self, flow: http.HTTPFlow) -> None:
         exchange = self._live.pop(flow.id, None)

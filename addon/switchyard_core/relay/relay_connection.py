@@ -46,10 +46,9 @@ def reason_phrase(status: int) -> str:
         return ""
 
 
-def _head(status: int, headers: list[tuple[str, str]], framing: str) -> bytes:
+def _head(status: int, headers: list[tuple[str, str]]) -> bytes:
     lines = [f"HTTP/1.1 {status} {reason_phrase(status)}"]
     lines.extend(f"{name}: {value}" for name, value in headers)
-    lines.append(framing)
     lines.append("\r\n")
     return "\r\n".join(lines).encode("utf-8", "surrogateescape")
 
@@ -207,7 +206,7 @@ class RelayConnection(asyncio.Protocol):
             self._decide(AnswerHead(status, tuple(headers), streamed=True))
             return
         self._chunked = True
-        self._send(_head(status, headers, "Transfer-Encoding: chunked"))
+        self._send(_head(status, [*headers, ("Transfer-Encoding", "chunked")]))
 
     def write(self, data: bytes) -> None:
         if not data or self._aborted or self._bodiless:
@@ -218,12 +217,17 @@ class RelayConnection(asyncio.Protocol):
 
     def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         self._sent = True
+        # no length where there is no body to measure: 204 and 304 must not carry one, and
+        # an answer to HEAD would claim 0 (its upstream's own length is not known here)
+        sized = not (self._bodiless or status in (204, 304))
+        framing = [("Content-Length", str(len(body)))] if sized else []
         if self._head is not None:
-            self._decide(AnswerHead(status, (*headers, ("Content-Length", str(len(body)))), streamed=False))
-            self.write(body)
+            self._decide(AnswerHead(status, (*headers, *framing), streamed=False))
+            if sized:
+                self.write(body)
             return
         self._chunked = False
-        self._send(_head(status, headers, f"Content-Length: {len(body)}") + (b"" if self._bodiless else body))
+        self._send(_head(status, [*headers, *framing]) + (body if sized else b""))
 
     def pace(self, producer: Body | None) -> None:
         """While mitmproxy is not reading, the upstream answer being forwarded must not be either."""

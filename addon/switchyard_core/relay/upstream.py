@@ -16,7 +16,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit, urlunsplit, parse_qsl, urlencode
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 
 from ..protocols.base import ErrorInfo
@@ -42,7 +42,13 @@ _HOP_BY_HOP = frozenset(
     }
 )
 
-_CREDENTIAL_QUERY = frozenset({"key", "api_key", "api-key", "apikey"})
+# query parameters that carry a credential: Gemini's `key`, gateways' `api_key`, OAuth's
+# `access_token` (RFC 6750), Azure SAS's `sig`
+_CREDENTIAL_QUERY = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token", "sig", "signature"})
+
+
+def _query_key(piece: str) -> str:
+    return unquote_plus(piece.partition("=")[0]).lower()
 
 # Response headers that describe the upstream's framing, not the content we relay.
 RESPONSE_DROP = frozenset(
@@ -86,8 +92,9 @@ def target_url(original_url: str, upstream_url: str | None) -> str:
     query = target.query or urlsplit(original_url).query
     url = urlunsplit((target.scheme, target.netloc, target.path, query, ""))
     if query and is_cross_origin(url, original_url):
-        kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k.lower() not in _CREDENTIAL_QUERY]
-        url = urlunsplit((target.scheme, target.netloc, target.path, urlencode(kept), ""))
+        # the rest as the client wrote it (a bare flag stays bare, its encoding stays)
+        kept = "&".join(piece for piece in query.split("&") if _query_key(piece) not in _CREDENTIAL_QUERY)
+        url = urlunsplit((target.scheme, target.netloc, target.path, kept, ""))
     return url
 
 
@@ -97,11 +104,12 @@ def redact_query(url: str) -> str:
     parts = urlsplit(url)
     if not parts.query:
         return url
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    if not any(k.lower() in _CREDENTIAL_QUERY for k, _ in pairs):
+    pieces = parts.query.split("&")
+    if not any(_query_key(piece) in _CREDENTIAL_QUERY for piece in pieces):
         return url
-    shown = [(k, "[redacted]" if k.lower() in _CREDENTIAL_QUERY else v) for k, v in pairs]
-    return urlunsplit(parts._replace(query=urlencode(shown, safe="[]")))
+    shown = [piece.partition("=")[0] + "=[redacted]" if _query_key(piece) in _CREDENTIAL_QUERY else piece
+             for piece in pieces]
+    return urlunsplit(parts._replace(query="&".join(shown)))
 
 
 def is_cross_origin(url: str, other: str) -> bool:
