@@ -285,6 +285,33 @@ async def test_a_header_folded_onto_a_second_line_is_read_as_mitmproxy_reads_it(
         assert await read_all(answer) == (b"ok", None)
 
 
+async def test_a_zstd_frame_per_chunk_is_decoded_frame_after_frame(client: UpstreamClient) -> None:
+    """A frame may end exactly where a read does; the next read starts the next frame."""
+    frames = [b"data: %d\n\n" % n for n in range(3)]
+
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(chunked_head([("Content-Encoding", "zstd")]))
+        for frame in frames:
+            await peer.send(chunk(zstd.compress(frame)))
+        await peer.send(LAST_CHUNK)
+        await peer.wait_closed_by_client()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        assert await read_all(answer) == (b"".join(frames), None)
+
+
+async def test_a_header_name_with_a_space_before_its_colon_is_refused(client: UpstreamClient) -> None:
+    """The parser takes it (for folded values, it is lenient on headers); the framing
+    checks would not see `Transfer-Encoding ` for what it is."""
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding : chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    async with Server(answering(head)) as server:
+        with pytest.raises(ConnectionBroke) as caught:
+            await open_answer(client, server.url())
+    assert caught.value.what == "malformed HTTP response"
+
+
 async def test_a_transfer_coding_besides_chunked_is_a_transport_failure(client: UpstreamClient) -> None:
     async def handle(peer: Peer) -> None:
         await peer.read_request()
@@ -755,3 +782,6 @@ def test_credential_query_parameters_never_cross_origins_and_the_rest_goes_as_wr
     assert other == "https://backup.example.net/v1/chat/completions?api-version=2024-10-21&stream&note=a%20b"
     assert redact_query(original) == ("https://api.example.com/v1/chat/completions?api-version=2024-10-21"
                                       "&key=[redacted]&access_token=[redacted]&sig=[redacted]&stream&note=a%20b")
+    # an upstream's own query, from the rules, is its own: its key goes where it was written for
+    own = "https://gateway.example.net/v1/chat/completions?key=gw-secret&x=1"
+    assert target_url(original, own) == own

@@ -147,13 +147,15 @@ class _Zstd:
             return b""
         self._fed = True
         try:
+            if self._inner.eof:  # the last read ended a frame exactly: this one starts the next
+                self._inner = zstd.ZstdDecompressor()
             out = self._inner.decompress(data)
             while self._inner.eof and self._inner.unused_data:
                 rest = self._inner.unused_data
                 self._inner = zstd.ZstdDecompressor()
                 out += self._inner.decompress(rest)
             return out
-        except zstd.ZstdError as exc:
+        except (zstd.ZstdError, EOFError) as exc:
             raise MalformedBody(str(exc)) from None
 
     def flush(self) -> bytes:

@@ -89,7 +89,9 @@ def target_url(original_url: str, upstream_url: str | None) -> str:
     if upstream_url is None:
         return original_url
     target = urlsplit(upstream_url)
-    query = target.query or urlsplit(original_url).query
+    if target.query:  # the upstream's own, from the rules (its `?key=${VAR}` included)
+        return upstream_url
+    query = urlsplit(original_url).query
     url = urlunsplit((target.scheme, target.netloc, target.path, query, ""))
     if query and is_cross_origin(url, original_url):
         # the rest as the client wrote it (a bare flag stays bare, its encoding stays)

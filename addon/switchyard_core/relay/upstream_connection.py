@@ -16,6 +16,7 @@ cut, never ends cleanly.  `upstream_client` opens, pools and reuses these.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import TYPE_CHECKING
 
 import httptools
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .upstream_client import UpstreamClient
 
 CONNECT_REPLY_LIMIT = 64 * 1024
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: what a header name may be
 Key = tuple[str, str, int]  # scheme, host, port: what a pooled connection can be reused for
 
 
@@ -118,6 +120,10 @@ class UpstreamConnection(asyncio.Protocol):
     # --- httptools' callbacks ----------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if _TOKEN.fullmatch(name) is None:
+            # the parser's leniency is for values (a folded line); a name it let through with a
+            # space (`Transfer-Encoding : chunked`) would dodge every check of the framing
+            raise ValueError("malformed header name")  # the parser stops: "malformed HTTP response"
         self._headers.append((name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")))
 
     def on_headers_complete(self) -> None:
