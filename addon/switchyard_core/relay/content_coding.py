@@ -109,11 +109,14 @@ class _Zlib:
         return not self._fed or (self._inner is not None and self._inner.eof)
 
 
-class _Brotli:
-    __slots__ = ("_inner", "_fed")
+class _Incremental:
+    """A decompressor fed piece by piece; `complete` once its stream has ended (or
+    nothing came: an empty body is a whole one)."""
+
+    __slots__ = ("_fed",)
+    _errors: tuple[type[Exception], ...] = ()
 
     def __init__(self) -> None:
-        self._inner = brotli.Decompressor()
         self._fed = False
 
     def decompress(self, data: bytes) -> bytes:
@@ -121,8 +124,8 @@ class _Brotli:
             return b""
         self._fed = True
         try:
-            return self._inner.process(data)
-        except brotli.error as exc:
+            return self._step(data)
+        except self._errors as exc:
             raise MalformedBody(str(exc)) from None
 
     def flush(self) -> bytes:
@@ -130,37 +133,49 @@ class _Brotli:
 
     @property
     def complete(self) -> bool:
-        return not self._fed or self._inner.is_finished()
+        return not self._fed or self._finished()
+
+    def _step(self, data: bytes) -> bytes:
+        raise NotImplementedError
+
+    def _finished(self) -> bool:
+        raise NotImplementedError
 
 
-class _Zstd:
+class _Brotli(_Incremental):
+    __slots__ = ("_inner",)
+    _errors = (brotli.error,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._inner = brotli.Decompressor()
+
+    def _step(self, data: bytes) -> bytes:
+        return self._inner.process(data)
+
+    def _finished(self) -> bool:
+        return self._inner.is_finished()
+
+
+class _Zstd(_Incremental):
     """zstd; a body may hold several frames, one after another."""
 
-    __slots__ = ("_inner", "_fed")
+    __slots__ = ("_inner",)
+    _errors = (zstd.ZstdError, EOFError)
 
     def __init__(self) -> None:
+        super().__init__()
         self._inner = zstd.ZstdDecompressor()
-        self._fed = False
 
-    def decompress(self, data: bytes) -> bytes:
-        if not data:
-            return b""
-        self._fed = True
-        try:
-            if self._inner.eof:  # the last read ended a frame exactly: this one starts the next
-                self._inner = zstd.ZstdDecompressor()
-            out = self._inner.decompress(data)
-            while self._inner.eof and self._inner.unused_data:
-                rest = self._inner.unused_data
-                self._inner = zstd.ZstdDecompressor()
-                out += self._inner.decompress(rest)
-            return out
-        except (zstd.ZstdError, EOFError) as exc:
-            raise MalformedBody(str(exc)) from None
+    def _step(self, data: bytes) -> bytes:
+        if self._inner.eof:  # the last read ended a frame exactly: this one starts the next
+            self._inner = zstd.ZstdDecompressor()
+        out = self._inner.decompress(data)
+        while self._inner.eof and self._inner.unused_data:
+            rest = self._inner.unused_data
+            self._inner = zstd.ZstdDecompressor()
+            out += self._inner.decompress(rest)
+        return out
 
-    def flush(self) -> bytes:
-        return b""
-
-    @property
-    def complete(self) -> bool:
-        return not self._fed or self._inner.eof
+    def _finished(self) -> bool:
+        return self._inner.eof
