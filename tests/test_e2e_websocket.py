@@ -273,10 +273,15 @@ async def test_late_messages_of_a_failed_attempt_never_reach_the_client(upstream
     assert [line.split("decision=")[1].split()[0] for line in log.splitlines() if "attempt_failed" in line] == ["retry"]
 
 
-async def test_a_new_turn_during_the_backoff_gets_the_first_turns_failure_first(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
-    failing = overload_turn("resp_A")
+@pytest.mark.parametrize("late", [False, True], ids=["failed-at-once", "failed-after-the-next-turn-began"])
+async def test_a_new_turn_during_the_backoff_gets_the_first_turns_failure_and_nothing_else_of_it(
+        upstream: WsProvider, ws_mitm: Mitmdump, late: bool) -> None:
+    """The client starts turn 2 during turn 1's backoff: it first gets the failure it
+    would have had.  Turn 1's `response.failed`, even when it comes after turn 2 began,
+    is told by its id as the failed attempt's, never turn 2's result."""
+    failing = overload_turn("resp_A")  # created, error, response.failed
     good = answer_turn("resp_B")
-    upstream.script(failing, good)
+    upstream.script([failing[0], failing[1], 0.6, failing[2]] if late else failing, good)
     url = upstream.proxied_url.replace("/v1/responses", "/patient/v1/responses")
     mark = ws_mitm.log_mark()
     async with aiohttp.ClientSession() as session:
@@ -291,28 +296,6 @@ async def test_a_new_turn_during_the_backoff_gets_the_first_turns_failure_first(
     assert first == failing[1]  # the failure the client would have had, not silence
     assert got == good
     assert upstream.creates == [create("one"), create("two")]
-
-
-async def test_a_failed_attempts_late_failure_is_dropped_after_the_client_moved_on(upstream: WsProvider,
-                                                                                    ws_mitm: Mitmdump) -> None:
-    """The client starts turn 2 during turn 1's backoff; turn 1's `response.failed`
-    comes after that: it is the failed attempt's (by its id), not turn 2's result."""
-    failing = overload_turn("resp_A")  # created, error, response.failed
-    good = answer_turn("resp_B")
-    upstream.script([failing[0], failing[1], 0.6, failing[2]], good)
-    url = upstream.proxied_url.replace("/v1/responses", "/patient/v1/responses")
-    mark = ws_mitm.log_mark()
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("one"))
-            # turn 1 failed; its retry waits on a 1.5 s backoff
-            await asyncio.to_thread(ws_mitm.wait_for_log, "decision=retry", mark)
-            await ws.send_str(create("two"))
-            first = (await ws.receive(timeout=10)).data
-            got = await receive_turn(ws)
-            await assert_nothing_more(ws, wait=2.0)
-    assert first == failing[1]  # the failure turn 1 would have had
-    assert got == good  # and nothing of resp_A after it
 
 
 async def test_a_timed_out_responses_late_answer_never_becomes_the_next_turns(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
