@@ -17,6 +17,9 @@ from switchyard_core.addons import Router, RulesKeeper
 from switchyard_core.relay import TOKEN_HEADER
 from switchyard_core.rules import SHIPPED_RULES
 
+from tests.support import wire
+from tests.support.fake_provider import FakeProvider, Reply
+
 RULES = """\
 version: 1
 routes:
@@ -301,9 +304,6 @@ async def test_flow_view_shows_the_story_and_each_failed_attempt(tmp_path: Path,
     """The relay runs for real against a loopback provider; the test plays mitmproxy's part."""
     from mitmproxy.addons.view import View
 
-    from tests.support import wire
-    from tests.support.fake_provider import FakeProvider, Reply
-
     provider = FakeProvider().start()
     try:
         rules = tmp_path / "rules.yaml"
@@ -373,26 +373,38 @@ routes:
         provider.stop()
 
 
-async def test_a_failure_after_output_is_in_the_flows_comment_and_story(tmp_path: Path) -> None:
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    running = FakeProvider().start()
+    yield running
+    running.stop()
+
+
+def one_route(tmp_path: Path, retries: int = 1) -> Path:
+    """Rules with one route, `chat`, to the request's own destination (the provider)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\ndefaults: {backoff_ms: 1, pre_answer_keepalive_s: 0}\nroutes:\n  - name: chat\n"
+                     "    match: {path: /primary/v1/chat/completions}\n"
+                     f"    upstreams:\n      - {{name: primary, url: original, retries: {retries}}}\n")
+    return rules
+
+
+def provider_flow(provider: FakeProvider, path: str = "/primary/v1/chat/completions") -> tflow.HTTPFlow:
+    flow = chat_flow(host="127.0.0.1", path=path)
+    flow.request.scheme, flow.request.port = "http", provider.ports[0]
+    return flow
+
+
+async def test_a_failure_after_output_is_in_the_flows_comment_and_story(tmp_path: Path,
+                                                                       provider: FakeProvider) -> None:
     """Forwarded, never replayed: the flow says what the upstream reported after its
     output, not only the log line."""
-    from tests.support import wire
-    from tests.support.fake_provider import FakeProvider, Reply
-
-    provider = FakeProvider().start()
-    try:
-        rules = tmp_path / "rules.yaml"
-        rules.write_text("version: 1\nroutes:\n  - name: chat\n    match: {path: /primary/v1/chat/completions}\n"
-                         "    upstreams:\n      - {name: primary, url: original}\n")
-        started = [wire.CHAT_ROLE, wire.chat_chunk({"content": "Hel"})]
-        provider.script("primary", Reply.sse(*started, wire.chat_error(503, "provider overloaded")))
-        with routing(rules) as router:
-            flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions")
-            flow.request.scheme, flow.request.port = "http", provider.ports[0]
-            body = await play(router, flow)
-            router.done()
-    finally:
-        provider.stop()
+    started = [wire.CHAT_ROLE, wire.chat_chunk({"content": "Hel"})]
+    provider.script("primary", Reply.sse(*started, wire.chat_error(503, "provider overloaded")))
+    with routing(one_route(tmp_path)) as router:
+        flow = provider_flow(provider)
+        body = await play(router, flow)
+        router.done()
     assert body.startswith(b"".join(started))
     assert [c.upstream for c in provider.calls] == ["primary"]
     assert flow.marked == ":warning:"
@@ -403,49 +415,28 @@ async def test_a_failure_after_output_is_in_the_flows_comment_and_story(tmp_path
         ("committed", 503, None, "provider overloaded", "chunk")]
 
 
-async def test_an_answer_on_the_same_upstreams_retry_is_not_called_a_fallback(tmp_path: Path) -> None:
-    from tests.support import wire
-    from tests.support.fake_provider import FakeProvider, Reply
-
-    provider = FakeProvider().start()
-    try:
-        rules = tmp_path / "rules.yaml"
-        rules.write_text("version: 1\ndefaults: {backoff_ms: 1, pre_answer_keepalive_s: 0}\nroutes:\n  - name: chat\n"
-                         "    match: {path: /primary/v1/chat/completions}\n"
-                         "    upstreams:\n      - {name: primary, url: original, retries: 1}\n")
-        provider.script("primary", Reply.sse(wire.CHAT_ROLE, wire.chat_error(503, "provider overloaded")))
-        with routing(rules) as router:
-            flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions")
-            flow.request.scheme, flow.request.port = "http", provider.ports[0]
-            body = await play(router, flow)
-            status = router.status()
-            router.done()
-    finally:
-        provider.stop()
+async def test_an_answer_on_the_same_upstreams_retry_is_not_called_a_fallback(tmp_path: Path,
+                                                                             provider: FakeProvider) -> None:
+    provider.script("primary", Reply.sse(wire.CHAT_ROLE, wire.chat_error(503, "provider overloaded")))
+    with routing(one_route(tmp_path)) as router:
+        flow = provider_flow(provider)
+        body = await play(router, flow)
+        status = router.status()
+        router.done()
     assert body == b"".join(wire.chat_stream(wire.answer_text("primary")))
     assert flow.comment == "primary: 503 provider overloaded before output → answered on retry"
     assert "failed_attempts=1, retries_answered=1, fallbacks=0" in status
 
 
-async def test_the_relay_hop_asks_with_a_plain_path_and_method_and_the_flow_shows_the_clients(tmp_path: Path) -> None:
-    from tests.support.fake_provider import FakeProvider
-
-    provider = FakeProvider().start()
-    try:
-        rules = tmp_path / "rules.yaml"
-        rules.write_text("version: 1\ndefaults: {pre_answer_keepalive_s: 0}\nroutes:\n  - name: chat\n"
-                         "    match: {path: /primary/v1/chat/completions}\n"
-                         "    upstreams:\n      - {name: primary, url: original}\n")
-        with routing(rules) as router:
-            flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions?user=Jos%C3%A9")
-            flow.request.scheme, flow.request.port = "http", provider.ports[0]
-            flow.request.data.method = b"post"
-            await router.route(flow)
-            assert (flow.request.data.method, flow.request.path) == (b"POST", "/")  # what the relay parses
-            await play(router, flow)
-            router.done()
-    finally:
-        provider.stop()
+async def test_the_relay_hop_asks_with_a_plain_path_and_method_and_the_flow_shows_the_clients(
+        tmp_path: Path, provider: FakeProvider) -> None:
+    with routing(one_route(tmp_path)) as router:
+        flow = provider_flow(provider, "/primary/v1/chat/completions?user=Jos%C3%A9")
+        flow.request.data.method = b"post"
+        await router.route(flow)
+        assert (flow.request.data.method, flow.request.path) == (b"POST", "/")  # what the relay parses
+        await play(router, flow)
+        router.done()
     assert flow.request.data.method == b"post"
     assert flow.request.url == f"http://127.0.0.1:{provider.ports[0]}/primary/v1/chat/completions?user=Jos%C3%A9"
     assert provider.calls[0].path == "/v1/chat/completions"
@@ -455,7 +446,6 @@ def test_content_view_lists_frames_with_their_classification() -> None:
     from mitmproxy import contentviews
 
     from switchyard_core.addons.sse_view import SwitchyardSseContentview
-    from tests.support import wire
 
     data = b": keep-alive\n\n" + wire.CHAT_ROLE + wire.chat_chunk({"content": "Hi"}) + wire.chat_error(503, "late") + wire.CHAT_DONE
     flow = tflow.tflow(resp=True)
@@ -479,7 +469,6 @@ def test_content_view_leads_with_the_flows_story() -> None:
     from mitmproxy import contentviews
 
     from switchyard_core.addons.sse_view import SwitchyardSseContentview
-    from tests.support import wire
 
     flow = tflow.tflow(resp=True)
     flow.request.path = "/v1/chat/completions"
@@ -580,7 +569,6 @@ def test_content_view_never_fails_on_odd_metadata(story: dict) -> None:
     from mitmproxy import contentviews
 
     from switchyard_core.addons.sse_view import SwitchyardSseContentview
-    from tests.support import wire
 
     flow = tflow.tflow(resp=True)
     flow.request.path = "/v1/chat/completions"
@@ -595,8 +583,6 @@ def test_content_view_never_fails_on_odd_metadata(story: dict) -> None:
 
 async def test_a_flow_routed_just_before_a_reload_is_still_served_by_the_old_relay(tmp_path: Path) -> None:
     """Its token was issued, mitmproxy was on its way: the retiring relay waits for it."""
-    from tests.support import wire
-    from tests.support.fake_provider import FakeProvider
 
     provider = FakeProvider().start()
     try:
