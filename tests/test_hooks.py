@@ -159,23 +159,37 @@ async def test_relay_refuses_requests_without_a_token_it_issued(rules_file: Path
         router.done()
 
 
-async def test_flows_of_listeners_that_know_only_addresses_pass_untouched_and_the_mode_is_warned_about(
-        rules_file: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Transparent, local, WireGuard and TUN flows carry the destination's IP address:
-    routes by name would not match, and an `original` upstream would be dialled by
-    address, with the address as TLS name.  Said once; their flows are left alone."""
+@pytest.mark.parametrize("sni", ["api.test", None], ids=["by-sni", "by-host-header"])
+async def test_a_flow_that_knows_only_the_destinations_address_is_routed_and_asked_for_by_name(
+        tmp_path: Path, sni: str | None) -> None:
+    """A transparent, local, WireGuard or TUN listener gives its flows the destination's
+    IP address: the route matches the name the client meant, and the upstream is asked
+    for by that name (TLS and `Host`) at that address."""
     from mitmproxy.proxy.mode_specs import ProxyMode
 
-    with caplog.at_level(logging.WARNING, logger="switchyard"), routing(rules_file) as router:
-        ctx.options.update(mode=["regular@8080", "local:python"])
-        assert "switchyard.mode_not_supported mode=local" in caplog.text
-        assert "mode=regular" not in caplog.text
-        flow = chat_flow()
-        flow.client_conn.proxy_mode = ProxyMode.parse("local:python")
-        before = flow.request.get_state()
-        await router.route(flow)
-        assert flow.request.get_state() == before and "switchyard" not in flow.metadata
-        router.done()
+    from tests.support.tls import make_tls_files, server_context
+
+    ca, cert, key = make_tls_files(tmp_path, dns_names=("api.test",), ip_addresses=())  # no IP: only the name verifies
+    provider = FakeProvider().start(ssl_context=server_context(cert, key))
+    try:
+        port = provider.ports[-1]
+        rules = tmp_path / "rules.yaml"
+        rules.write_text("version: 1\ndefaults: {pre_answer_keepalive_s: 0}\nroutes:\n  - name: chat\n"
+                         "    match: {host: api.test, path: /primary/v1/chat/completions}\n"
+                         "    upstreams:\n      - {name: primary, url: original, retries: 0}\n")
+        with routing(rules) as router:
+            ctx.options.update(ssl_verify_upstream_trusted_ca=str(ca))
+            flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions")
+            flow.request.scheme, flow.request.port = "https", port
+            flow.request.headers["host"] = f"api.test:{port}"
+            flow.client_conn.proxy_mode = ProxyMode.parse("local")
+            flow.client_conn.sni = sni
+            body = await play(router, flow)
+            router.done()
+    finally:
+        provider.stop()
+    assert body == b"".join(wire.chat_stream(wire.answer_text("primary")))
+    assert provider.calls[0].headers["Host"] == f"api.test:{port}"
 
 
 def test_rules_option_loads_the_file_and_reload_command_reapplies_it(rules_file: Path, caplog: pytest.LogCaptureFixture) -> None:

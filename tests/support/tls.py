@@ -17,8 +17,9 @@ def _name(common: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
 
 
-def make_tls_files(directory: Path) -> tuple[Path, Path, Path]:
-    """Write ca.pem, server.pem and server-key.pem; returns their paths."""
+def make_tls_files(directory: Path, *, dns_names: tuple[str, ...] = ("localhost",),
+                   ip_addresses: tuple[str, ...] = ("127.0.0.1",)) -> tuple[Path, Path, Path]:
+    """Write ca.pem, server.pem (valid for these names) and server-key.pem; returns their paths."""
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (
@@ -45,7 +46,8 @@ def make_tls_files(directory: Path) -> tuple[Path, Path, Path]:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([*(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses),
+                                                    *(x509.DNSName(name) for name in dns_names)]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)

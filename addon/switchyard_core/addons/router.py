@@ -20,7 +20,6 @@ from typing import Any
 
 from mitmproxy import addonmanager, command, connection, ctx, hooks, http
 from mitmproxy.http import Headers
-from mitmproxy.proxy.mode_specs import ProxyMode
 
 from .. import observe
 from ..observe import METADATA_KEY
@@ -57,6 +56,19 @@ def _proxy_of(server: connection.Server) -> str | None:
 ADDRESS_ONLY_MODES = frozenset({"transparent", "local", "wireguard", "tun"})
 
 
+def destination(flow: http.HTTPFlow) -> tuple[str, str | None]:
+    """The host a flow is for, as routes match it, and the name to ask for it by when
+    the flow's URL holds the destination's address: a transparent, local, WireGuard or
+    TUN listener knows only that, and the name the client meant is in its TLS handshake
+    (SNI) or its `Host` header."""
+    request = flow.request
+    if flow.client_conn.proxy_mode.type_name in ADDRESS_ONLY_MODES:
+        named = flow.client_conn.sni or request.pretty_host
+        if named and named != request.host:
+            return named, named
+    return request.host, None
+
+
 class Router:
     def __init__(self, keeper: RulesKeeper) -> None:
         self.keeper = keeper
@@ -80,19 +92,6 @@ class Router:
         )
 
     def configure(self, updated: set[str]) -> None:
-        if "mode" in updated:
-            for spec in ctx.options.mode:
-                try:
-                    kind = ProxyMode.parse(spec).type_name
-                except ValueError:
-                    continue  # mitmproxy says what is wrong with it
-                if kind in ADDRESS_ONLY_MODES:
-                    # their flows carry the destination's IP address, and the client's SNI
-                    # only in mitmproxy's own connection: routes by host would not match,
-                    # and an `original` upstream would be asked for by address
-                    observe.emit(logging.WARNING, "switchyard.mode_not_supported", mode=kind,
-                                 note="Switchyard routes flows of regular, reverse and upstream listeners; "
-                                      "flows of this one pass through untouched")
         if "switchyard_direct_relay" in updated:
             self._direct = ctx.options.switchyard_direct_relay
         if self.relay is not None and updated & UPSTREAM_OPTIONS:
@@ -149,8 +148,6 @@ class Router:
             return
         if "websocket" in flow.request.headers.get("upgrade", "").lower():
             return  # a WebSocket handshake: mitmproxy relays its messages (WebSocketTurns), not the relay
-        if flow.client_conn.proxy_mode.type_name in ADDRESS_ONLY_MODES:
-            return  # said once, when the listener was configured
         parsed: list[Any] = []  # the JSON body, parsed at most once, only if a route needs it
 
         def body() -> Any:
@@ -158,7 +155,8 @@ class Router:
                 parsed.append(_json_of(flow))
             return parsed[0]
 
-        route = rules.route_for(flow.request.host, flow.request.path, lambda: _requested_model(body()))
+        host, server_name = destination(flow)
+        route = rules.route_for(host, flow.request.path, lambda: _requested_model(body()))
         if route is None:
             return
         request = flow.request
@@ -179,6 +177,7 @@ class Router:
             tuple(request.headers.items(multi=True)),
             request.raw_content,
             body(),
+            server_name,
         )
         # HTTP/1 only: a client that leaves closes its connection, which mitmproxy
         # acts on even while a hook waits (an HTTP/2 stream reset is queued)

@@ -42,7 +42,7 @@ from ..redaction import redact, secret_values
 from ..retry import plan_after_failure
 from ..rules.loader import Route
 from ..sse import SseEvent
-from .router import ADDRESS_ONLY_MODES
+from .router import destination
 from .rules_keeper import RulesKeeper
 
 TRANSPORT = "websocket"
@@ -150,9 +150,9 @@ class WebSocketTurns:
 
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         rules = self.keeper.rules
-        if rules is None or flow.client_conn.proxy_mode.type_name in ADDRESS_ONLY_MODES:
+        if rules is None:
             return
-        route = rules.route_for(flow.request.host, flow.request.path, lambda: None)
+        route = rules.route_for(destination(flow)[0], flow.request.path, lambda: None)
         if route is None or route.api != RESPONSES:
             return
         conn = _Conn(flow, route, secrets=secret_values(flow.request.headers.items(multi=True), route.upstreams))

@@ -73,8 +73,11 @@ class UpstreamClient:
         scheme = url.scheme.lower()
         host = url.hostname or ""
         port = url.port or (443 if scheme == "https" else 80)
-        key = (scheme, host, port)
+        name = request.name or host  # for TLS (and the pool: an address may serve several names)
+        key = (scheme, host, port, name)
         authority = url.netloc.rpartition("@")[2]
+        if request.name:
+            authority = request.name if url.port in (None, 443 if scheme == "https" else 80) else f"{request.name}:{port}"
         target = (url.path or "/") + (f"?{url.query}" if url.query else "")
         headers = list(request.headers)
         if self._proxy is not None and scheme == "http":
@@ -85,7 +88,7 @@ class UpstreamClient:
         while True:
             connection = self._pooled(key)
             if connection is None:
-                connection = await self._connect(scheme, host, port, connect_timeout_s)
+                connection = await self._connect(key, connect_timeout_s)
             try:
                 return await connection.send(head, request.body, request.method)
             except ConnectionBroke:
@@ -96,9 +99,9 @@ class UpstreamClient:
                 connection.abort()
                 raise
 
-    async def _connect(self, scheme: str, host: str, port: int, timeout_s: float) -> UpstreamConnection:
+    async def _connect(self, key: Key, timeout_s: float) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
-        key = (scheme, host, port)
+        scheme, host, port, name = key
         connection: UpstreamConnection | None = None
 
         def made() -> UpstreamConnection:
@@ -110,7 +113,7 @@ class UpstreamClient:
         try:
             async with asyncio.timeout(timeout_s or None):
                 if self._proxy is None:
-                    await loop.create_connection(made, host, port, ssl=tls, server_hostname=host if tls else None)
+                    await loop.create_connection(made, host, port, ssl=tls, server_hostname=name if tls else None)
                 else:
                     proxy_tls = self._tls() if self._proxy.scheme == "https" else None
                     await loop.create_connection(made, self._proxy.hostname, self._proxy.port or 8080, ssl=proxy_tls,
@@ -120,7 +123,7 @@ class UpstreamClient:
                         await connection.tunnel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
                                                 self._proxy_auth)
                         assert connection.transport is not None
-                        transport = await loop.start_tls(connection.transport, connection, tls, server_hostname=host)
+                        transport = await loop.start_tls(connection.transport, connection, tls, server_hostname=name)
                         connection.transport = transport  # type: ignore[assignment]
         except TimeoutError:
             if connection is not None:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 CONNECT_REPLY_LIMIT = 64 * 1024
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: what a header name may be
-Key = tuple[str, str, int]  # scheme, host, port: what a pooled connection can be reused for
+Key = tuple[str, str, int, str]  # scheme, host, port, TLS name: what a pooled connection can be reused for
 
 
 class UpstreamAnswer:
