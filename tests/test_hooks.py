@@ -181,7 +181,10 @@ async def test_a_flow_that_knows_only_the_destinations_address_is_routed_and_ask
             ctx.options.update(ssl_verify_upstream_trusted_ca=str(ca))
             flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions")
             flow.request.scheme, flow.request.port = "https", port
-            flow.request.headers["host"] = f"api.test:{port}"
+            if sni is None:
+                flow.request.headers["host"] = f"api.test:{port}"
+            else:
+                del flow.request.headers["host"]
             flow.client_conn.proxy_mode = ProxyMode.parse("local")
             flow.client_conn.sni = sni
             body = await play(router, flow)
@@ -190,6 +193,7 @@ async def test_a_flow_that_knows_only_the_destinations_address_is_routed_and_ask
         provider.stop()
     assert body == b"".join(wire.chat_stream(wire.answer_text("primary")))
     assert provider.calls[0].headers["Host"] == f"api.test:{port}"
+    assert flow.request.host == "127.0.0.1"  # the flow is shown as the listener had it
 
 
 def test_rules_option_loads_the_file_and_reload_command_reapplies_it(rules_file: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -31,8 +31,10 @@ import pytest
 
 from switchyard_core.relay.upstream_client import UpstreamClient
 from switchyard_core.relay.upstream_connection import UpstreamAnswer
-from switchyard_core.relay.upstream import (ConnectionBroke, ConnectTimeout, UpstreamRequest, redact_query, target_url,
-                                          transport_failure)
+from switchyard_core.relay.exchange import OriginalRequest
+from switchyard_core.relay.upstream import (ConnectionBroke, ConnectTimeout, UpstreamRequest, build_request, redact_query,
+                                          target_url, transport_failure)
+from switchyard_core.rules import Upstream
 
 from tests.support.mitm import refused_port
 
@@ -785,3 +787,19 @@ def test_credential_query_parameters_never_cross_origins_and_the_rest_goes_as_wr
     # an upstream's own query, from the rules, is its own: its key goes where it was written for
     own = "https://gateway.example.net/v1/chat/completions?key=gw-secret&x=1"
     assert target_url(original, own) == own
+
+
+def test_behind_a_listener_that_knew_only_the_address_origins_are_told_by_name() -> None:
+    """A local or transparent listener's flow: the URL holds the name the client meant,
+    the address is where the original is reached.  A backup on that same name is the
+    same origin: it gets the client's credentials, as it would in proxy mode."""
+    original = OriginalRequest.of("POST", "https://api.openai.com/v1/chat/completions",
+                                  (("Authorization", "Bearer sk-client"),), b"{}", {}, address="162.159.140.245")
+    first = Upstream("openai", None, None, 1, None, ())
+    cheaper = Upstream("openai-mini", "https://api.openai.com/v1/chat/completions", "gpt-4o-mini", 0, None, ())
+    elsewhere = Upstream("backup", "https://backup.example.net/v1/chat/completions", None, 0, None, ())
+    asked = build_request(original, first)
+    assert (asked.url, asked.address) == ("https://api.openai.com/v1/chat/completions", "162.159.140.245")
+    assert ("Authorization", "Bearer sk-client") in build_request(original, cheaper).headers
+    assert build_request(original, cheaper).address is None  # reached by its name
+    assert all(name != "Authorization" for name, _ in build_request(original, elsewhere).headers)

@@ -12,6 +12,7 @@ no route are never touched.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import contextlib
 import json
 import logging
@@ -57,16 +58,31 @@ ADDRESS_ONLY_MODES = frozenset({"transparent", "local", "wireguard", "tun"})
 
 
 def destination(flow: http.HTTPFlow) -> tuple[str, str | None]:
-    """The host a flow is for, as routes match it, and the name to ask for it by when
-    the flow's URL holds the destination's address: a transparent, local, WireGuard or
-    TUN listener knows only that, and the name the client meant is in its TLS handshake
-    (SNI) or its `Host` header."""
+    """The host a flow is for, as routes match it; and, where the flow's URL holds the
+    destination's address, the address itself.  A transparent, local, WireGuard or TUN
+    listener knows only that: the name the client meant is in its `Host` header (or
+    else its TLS handshake's SNI)."""
     request = flow.request
     if flow.client_conn.proxy_mode.type_name in ADDRESS_ONLY_MODES:
-        named = flow.client_conn.sni or request.pretty_host
-        if named and named != request.host:
-            return named, named
+        named = request.pretty_host if request.host_header else (flow.client_conn.sni or "")
+        if named and not _is_address(named) and named.lower() != request.host.lower():
+            return named, request.host
     return request.host, None
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _named_url(request: http.Request, name: str) -> str:
+    """The request's URL with the name the client meant in place of the address."""
+    default = 443 if request.scheme == "https" else 80
+    netloc = name if request.port == default else f"{name}:{request.port}"
+    return f"{request.scheme}://{netloc}{request.path}"
 
 
 class Router:
@@ -155,7 +171,7 @@ class Router:
                 parsed.append(_json_of(flow))
             return parsed[0]
 
-        host, server_name = destination(flow)
+        host, address = destination(flow)
         route = rules.route_for(host, flow.request.path, lambda: _requested_model(body()))
         if route is None:
             return
@@ -173,11 +189,11 @@ class Router:
         assert relay.port is not None
         original = OriginalRequest.of(
             request.method,
-            request.url,
+            request.url if address is None else _named_url(request, host),
             tuple(request.headers.items(multi=True)),
             request.raw_content,
             body(),
-            server_name,
+            address,
         )
         # HTTP/1 only: a client that leaves closes its connection, which mitmproxy
         # acts on even while a hook waits (an HTTP/2 stream reset is queued)

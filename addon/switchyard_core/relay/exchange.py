@@ -29,15 +29,17 @@ class OriginalRequest:
     body: bytes
     wants_stream: bool = False  # the JSON body says "stream": true
     wants_usage: bool = False  # and "stream_options": {"include_usage": true} (Chat): usage ends the answer
-    server_name: str | None = None  # the name the client meant, where `url` holds the destination's address
+    # where the listener knew only the destination's address (transparent, local, ...): `url`
+    # holds the name the client meant, and this the address to reach it at
+    address: str | None = None
 
     @classmethod
     def of(cls, method: str, url: str, headers: tuple[tuple[str, str], ...], body: bytes, json_body: Any,
-           server_name: str | None = None) -> "OriginalRequest":
+           address: str | None = None) -> "OriginalRequest":
         stream = isinstance(json_body, dict) and json_body.get("stream") is True
         options = json_body.get("stream_options") if stream else None
         usage = isinstance(options, dict) and options.get("include_usage") is True
-        return cls(method, url, headers, body, stream, usage, server_name)
+        return cls(method, url, headers, body, stream, usage, address)
 
 
 @dataclass(slots=True)

@@ -81,9 +81,9 @@ class UpstreamRequest:
     url: str
     headers: tuple[tuple[str, str], ...]
     body: bytes
-    # the host name the client meant where `url` holds its address (a transparent or local
-    # listener knows only that): the name is for `Host` and for TLS, the address for the socket
-    name: str | None = None
+    # where to connect, if not to the URL's host: the address a transparent or local listener
+    # knew (the URL holds the name, for `Host` and TLS)
+    address: str | None = None
 
 
 def target_url(original_url: str, upstream_url: str | None) -> str:
@@ -165,7 +165,7 @@ def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequ
     if upstream.model is not None:
         body = _with_model(body, upstream.model)
     return UpstreamRequest(original.method, url, tuple(headers), body,
-                           original.server_name if upstream.url is None else None)
+                           original.address if upstream.url is None else None)
 
 
 def _with_model(body: bytes, model: str) -> bytes:

@@ -73,11 +73,10 @@ class UpstreamClient:
         scheme = url.scheme.lower()
         host = url.hostname or ""
         port = url.port or (443 if scheme == "https" else 80)
-        name = request.name or host  # for TLS (and the pool: an address may serve several names)
-        key = (scheme, host, port, name)
+        # the socket goes to the address where one is known, TLS asks for the name (and the
+        # pool keeps both: an address may serve several names)
+        key = (scheme, request.address or host, port, host)
         authority = url.netloc.rpartition("@")[2]
-        if request.name:
-            authority = request.name if url.port in (None, 443 if scheme == "https" else 80) else f"{request.name}:{port}"
         target = (url.path or "/") + (f"?{url.query}" if url.query else "")
         headers = list(request.headers)
         if self._proxy is not None and scheme == "http":
@@ -101,7 +100,7 @@ class UpstreamClient:
 
     async def _connect(self, key: Key, timeout_s: float) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
-        scheme, host, port, name = key
+        scheme, host, port, name = key  # host: where to connect; name: what TLS asks for
         connection: UpstreamConnection | None = None
 
         def made() -> UpstreamConnection:
