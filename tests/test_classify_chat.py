@@ -207,30 +207,22 @@ def test_normal_stream_shape() -> None:
     assert stream.complete
 
 
-def test_complete_only_after_the_end_marker() -> None:
-    data = read_fixture("chat_normal_stream.sse")
-    splitter, stream = FrameSplitter(), ChatStream()
-    frames = splitter.feed(data) + splitter.finish()
-    seen = []
-    for frame in frames:
-        stream.classify(frame.event)
-        seen.append(stream.complete)
+@pytest.mark.parametrize("usage_expected, seen_complete", [
     # not complete before the finish chunk (index 4); complete from then on
-    assert seen == [False, False, False, False, True, True, True]
-
-
-def test_with_usage_asked_for_complete_only_once_the_usage_chunk_came() -> None:
-    """`stream_options.include_usage`: a stream cut between the finish chunk and the
-    usage chunk would lose the client's token count without a word."""
+    (False, [False, False, False, False, True, True, True]),
+    # `stream_options.include_usage`: a stream cut between the finish chunk and the usage
+    # chunk would lose the client's token count without a word: the usage chunk (5) ends it
+    (True, [False, False, False, False, False, True, True]),
+], ids=["finish-ends-it", "usage-asked-for"])
+def test_complete_only_after_the_end_marker(usage_expected: bool, seen_complete: list[bool]) -> None:
     data = read_fixture("chat_normal_stream.sse")
-    splitter, stream = FrameSplitter(), ChatStream(usage_expected=True)
+    splitter, stream = FrameSplitter(), ChatStream(usage_expected)
     frames = splitter.feed(data) + splitter.finish()
     seen = []
     for frame in frames:
         stream.classify(frame.event)
         seen.append(stream.complete)
-    # the finish chunk (index 4) is not the end now; the usage chunk (5) is
-    assert seen == [False, False, False, False, False, True, True]
+    assert seen == seen_complete
 
 
 def test_with_usage_asked_for_the_frames_after_the_finish_get_a_look() -> None:

@@ -47,6 +47,7 @@ def restore(flow: http.HTTPFlow, exchange: Exchange) -> None:
     except ValueError as exc:
         observe.emit(logging.WARNING, "switchyard.display_failed", route=exchange.route.name, error=str(exc))
 
+
 def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange) -> None:
     """Show the upstream that answered (or the original) instead of the relay.
 
@@ -61,13 +62,14 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange) -> None:
         return  # already shown (responseheaders, then response)
     exchange.shown_url = answered
     request.headers.pop(TOKEN_HEADER, None)
-    if exchange.flow_address is not None:
-        request.data.method = exchange.flow_address[5]  # the relay was asked with POST or HEAD
-    if answered == original.url and exchange.flow_address is not None:
+    before = exchange.flow_address
+    if before is not None:
+        request.data.method = before.method  # the relay was asked with POST or HEAD
+    if answered == original.url and before is not None:
         # the original destination answered (the common case): put back the fields
         # the request hook changed, as they were (cheaper than parsing the URL again)
         data = request.data
-        data.scheme, data.host, data.port, data.authority, data.path, _ = exchange.flow_address
+        data.scheme, data.host, data.port, data.authority, data.path = before[:5]
         _restore_host_header(request, original)
         return
     if is_cross_origin(answered, original.url):
@@ -83,10 +85,12 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange) -> None:
     request.url = answered
     _restore_host_header(request, original)
 
+
 def _restore_host_header(request: http.Request, original: OriginalRequest) -> None:
     original_host = next((v for k, v in original.headers if k.lower() == "host"), None)
     if original_host is not None:
         request.headers["Host"] = original_host
+
 
 def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) -> None:
     """The flow's story (metadata), a comment and a mark for mitmweb; the status counters."""
@@ -123,6 +127,7 @@ def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) ->
             note = f"{last.upstream}: {what or 'a failure'} after output: forwarded, never replayed"
             flow.comment = f"{flow.comment}; then {note}" if flow.comment else note
     counters["attempts"] += len(exchange.attempts)
+
 
 def show_attempts(flow: http.HTTPFlow, exchange: Exchange) -> None:
     """In mitmweb and the console, each failed attempt becomes a flow of its own."""

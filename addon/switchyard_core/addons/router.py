@@ -12,7 +12,6 @@ no route are never touched.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import contextlib
 import json
 import logging
@@ -24,9 +23,10 @@ from mitmproxy.http import Headers
 
 from .. import observe
 from ..observe import METADATA_KEY
-from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Exchange, OriginalRequest, Relay, UpstreamClient
+from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Exchange, FlowAddress, OriginalRequest, Relay, UpstreamClient
 from ..relay.relay_connection import reason_phrase
 from ..relay.upstream import redact_query
+from .destination import destination, named_url
 from .flow_story import DisplayCopy, annotate, restore, show_attempts
 from .relay_streams import relay_streams
 from .rules_keeper import RulesKeeper
@@ -52,37 +52,6 @@ def _proxy_of(server: connection.Server) -> str | None:
     scheme, (host, port) = server.via
     host = f"[{host}]" if ":" in host else host
     return f"{scheme}://{host}:{port}"
-
-
-ADDRESS_ONLY_MODES = frozenset({"transparent", "local", "wireguard", "tun"})
-
-
-def destination(flow: http.HTTPFlow) -> tuple[str, str | None]:
-    """The host a flow is for, as routes match it; and, where the flow's URL holds the
-    destination's address, the address itself.  A transparent, local, WireGuard or TUN
-    listener knows only that: the name the client meant is in its `Host` header (or
-    else its TLS handshake's SNI)."""
-    request = flow.request
-    if flow.client_conn.proxy_mode.type_name in ADDRESS_ONLY_MODES:
-        named = request.pretty_host if request.host_header else (flow.client_conn.sni or "")
-        if named and not _is_address(named) and named.lower() != request.host.lower():
-            return named, request.host
-    return request.host, None
-
-
-def _is_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
-
-
-def _named_url(request: http.Request, name: str) -> str:
-    """The request's URL with the name the client meant in place of the address."""
-    default = 443 if request.scheme == "https" else 80
-    netloc = name if request.port == default else f"{name}:{request.port}"
-    return f"{request.scheme}://{netloc}{request.path}"
 
 
 class Router:
@@ -189,7 +158,7 @@ class Router:
         assert relay.port is not None
         original = OriginalRequest.of(
             request.method,
-            request.url if address is None else _named_url(request, host),
+            request.url if address is None else named_url(request, host),
             tuple(request.headers.items(multi=True)),
             request.raw_content,
             body(),
@@ -204,7 +173,7 @@ class Router:
             exchange.mitmproxy_streams = lambda: relay_streams(flow)
         flow.metadata[METADATA_KEY] = {"route": route.name, "api": route.api, "original_url": redact_query(original.url)}
         data = request.data
-        exchange.flow_address = (data.scheme, data.host, data.port, data.authority, data.path, data.method)
+        exchange.flow_address = FlowAddress(data.scheme, data.host, data.port, data.authority, data.path, data.method)
         request.scheme = "http"
         request.host = "127.0.0.1"
         request.port = relay.port

@@ -42,7 +42,7 @@ from ..redaction import redact, secret_values
 from ..retry import plan_after_failure
 from ..rules.loader import Route
 from ..sse import SseEvent
-from .router import destination
+from .destination import destination
 from .rules_keeper import RulesKeeper
 
 TRANSPORT = "websocket"

@@ -11,7 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ..rules import Route
 
@@ -40,6 +40,18 @@ class OriginalRequest:
         options = json_body.get("stream_options") if stream else None
         usage = isinstance(options, dict) and options.get("include_usage") is True
         return cls(method, url, headers, body, stream, usage, address)
+
+
+class FlowAddress(NamedTuple):
+    """A flow's request fields (mitmproxy's raw values) before the Router re-aimed it
+    at the relay: what the flow is shown with again once answered."""
+
+    scheme: bytes
+    host: str
+    port: int
+    authority: bytes
+    path: bytes
+    method: bytes
 
 
 @dataclass(slots=True)
@@ -99,8 +111,7 @@ class Exchange:
     answered_url: str | None = None
     suppressed_failover: bool = False
     shown_url: str | None = None  # the URL the flow was last restored to, for display
-    # the flow's scheme, host, port and authority before the Router re-aimed it at the relay
-    flow_address: tuple[bytes, str, int, bytes, bytes, bytes] | None = None
+    flow_address: FlowAddress | None = None
     faults: "FaultPlan | None" = None
     provisional_head: bool = False  # the relay may answer mitmproxy before the real head is known
     head: "asyncio.Future[AnswerHead] | None" = None  # set when the relay begins such an answer
