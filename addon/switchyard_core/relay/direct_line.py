@@ -26,14 +26,14 @@ Why it is safe:
 
 `connect` refuses (and the socket is used) unless the reader and writer are
 asyncio's own and belong to this connection: it reads mitmproxy's internals
-(see addons/relay_streams.py), so anything unexpected falls back.
+(see relay/mitmproxy_reader.py), so anything unexpected falls back.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from .body import Body
+from ..upstreams.body import Body
 
 # while mitmproxy is not reading: how soon to look again, then less and less often
 # (a client that stopped reading for good must not keep the loop busy)

@@ -18,8 +18,8 @@ from urllib.parse import SplitResult, urlsplit
 
 import certifi
 
-from .upstream import ConnectionBroke, ConnectTimeout, UpstreamRequest
-from .upstream_connection import Key, UpstreamAnswer, UpstreamConnection
+from .connection import Key, UpstreamAnswer, UpstreamConnection
+from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest
 
 IDLE_KEEP_S = 15.0  # a pooled connection unused this long is closed
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import httptools
 
-from .body import Body
+from ..exchange import AnswerHead, Exchange
+from ..upstreams.body import Body
 from .direct_line import DirectLine
-from .exchange import AnswerHead, Exchange
 
 if TYPE_CHECKING:
     from .server import Relay
@@ -176,7 +176,7 @@ class RelayConnection(asyncio.Protocol):
             return False
         try:
             streams = exchange.mitmproxy_streams()
-        except Exception:  # mitmproxy's internals moved (addons/relay_streams.py): the socket it is
+        except Exception:  # mitmproxy's internals moved (relay/mitmproxy_reader.py): the socket it is
             streams = None
         self._line = DirectLine.connect(streams, self.transport)
         if self._line is None:

@@ -10,7 +10,7 @@ once the attempt has committed hands each read to the gate synchronously.
 One request at a time, answers read to their end before the connection is
 reused; 1xx answers skipped; gzip and deflate decoded (the only codings the
 relay asks for); a body that ends by a reset, or whose compressed stream is
-cut, never ends cleanly.  `upstream_client` opens, pools and reuses these.
+cut, never ends cleanly.  `client.py` opens, pools and reuses these.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from .body import Body
 from .content_coding import Decoder, MalformedBody, UnsupportedCoding, decoder_for
-from .upstream import ConnectionBroke
+from .messages import ConnectionBroke
 
 if TYPE_CHECKING:
-    from .upstream_client import UpstreamClient
+    from .client import UpstreamClient
 
 CONNECT_REPLY_LIMIT = 64 * 1024
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: what a header name may be
