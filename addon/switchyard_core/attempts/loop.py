@@ -228,17 +228,17 @@ class AttemptLoop:
                 await self._pass_rest(answer)
                 return None
         body = b"".join(chunks)
-        info = None
+        body_error: ErrorInfo | None = None
         if "json" in answer.headers.get("Content-Type", "").lower():
             try:
-                info = self.api.body_error(json.loads(body))
+                body_error = self.api.body_error(json.loads(body))
             except (ValueError, RecursionError):
-                info = None
-        if info is not None:
-            failed = self._fail(attempt, info, headers=answer.headers)
+                body_error = None
+        if body_error is not None:
+            failed = self._fail(attempt, body_error, headers=answer.headers)
             answered = self.end.keep(attempt.record, answer, body)
             if failed.plan.action == "give_up":
-                self.end.forward(answered, info)
+                self.end.forward(answered, body_error)
                 return None
             return failed
         if not self._commit_whole(attempt, "body"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Protocol
+from typing import Protocol, cast
 
 import httptools
 
@@ -86,7 +86,7 @@ class RelayConnection(asyncio.Protocol):
     # --- asyncio's side ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a TCP server's transports are
         self._send = self.transport.write
         self.relay.connections.add(self)
         self._idle_for(IDLE_CLOSE_S)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
+from typing import cast
 from urllib.parse import SplitResult, urlsplit
 
 import certifi
@@ -113,7 +114,7 @@ class UpstreamClient:
                     await loop.create_connection(made, host, port, ssl=tls, server_hostname=name if tls else None)
                 else:
                     proxy_tls = self._tls() if self._proxy.scheme == "https" else None
-                    await loop.create_connection(made, self._proxy.hostname, self._proxy.port or 8080, ssl=proxy_tls,
+                    await loop.create_connection(made, self._proxy.hostname or "", self._proxy.port or 8080, ssl=proxy_tls,
                                                  server_hostname=self._proxy.hostname if proxy_tls else None)
                     assert connection is not None
                     if tls is not None:
@@ -121,7 +122,7 @@ class UpstreamClient:
                                                 self._proxy_auth)
                         assert connection.transport is not None
                         transport = await loop.start_tls(connection.transport, connection, tls, server_hostname=name)
-                        connection.transport = transport  # type: ignore[assignment]
+                        connection.transport = cast(asyncio.Transport, transport)
         except TimeoutError:
             if connection is not None:
                 connection.close()

@@ -217,9 +217,14 @@ class Answer(Protocol):
     answer), so the loop never knows whether a failure was real.
     """
 
-    status: int
-    headers: Mapping[str, str]
-    body: Body
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def body(self) -> Body: ...
 
     def close(self) -> None: ...
 
