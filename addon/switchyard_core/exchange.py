@@ -11,8 +11,10 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
+from .apis import ErrorInfo
+from .retry import PlanAction
 from .rules import Route
 
 if TYPE_CHECKING:
@@ -54,16 +56,34 @@ class FlowAddress(NamedTuple):
     method: bytes
 
 
+AttemptOutcome = Literal["pending", "committed", "fatal"] | PlanAction
+"""How an attempt ended: still going, its output reached the client (committed), or
+what its failure led to (fatal, or the plan after it: retry, next_upstream, give_up)."""
+
+Phase = Literal["connect", "headers", "staging", "body", "output", "forwarded"]
+"""How far an attempt got: no answer yet; the answer's head arrived; a stream held
+until its first output; a whole body being read; committed; its failure passed on
+to the client as the provider sent it."""
+
+ExchangeOutcome = Literal["pending", "committed", "gave_up", "exhausted", "stream_cut", "stream_stalled",
+                          "client_gone", "internal_error"]
+"""How the exchange ended for the client (see `attempts/endings.py`)."""
+
+
 @dataclass(slots=True)
 class AttemptRecord:
-    """One try of one upstream: what a person debugging a failure needs to see."""
+    """One try of one upstream: what a person debugging a failure needs to see.
+
+    Its fields are written only by the methods below, each called where that
+    event happens; the flow's story is made from these records and nothing
+    decides anything by reading the story back."""
 
     attempt: int
     upstream: str
     url: str
     started: float
-    outcome: str = "pending"  # committed | retry | next_upstream | fatal | give_up
-    phase: str = "connect"  # connect | headers | staging | body | output | forwarded
+    outcome: AttemptOutcome = "pending"
+    phase: Phase = "connect"
     status: int | None = None
     code: str | None = None
     message: str | None = None
@@ -82,7 +102,41 @@ class AttemptRecord:
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
                "event_type", "request_id", "duration_s", "fault")
 
-    def finish(self, outcome: str) -> None:
+    def reached(self, phase: Phase) -> None:
+        self.phase = phase
+
+    def injected(self, fault: str) -> None:
+        self.fault = fault
+
+    def answered(self, status: int, request_id: str | None) -> None:
+        """The answer's head arrived."""
+        self.phase = "headers"
+        self.status = status
+        self.request_id = request_id
+
+    def failed(self, info: ErrorInfo, outcome: AttemptOutcome, message: str) -> None:
+        """Failed before output; `message` is the failure's, redacted."""
+        self.status, self.code, self.message = info.status, info.code or info.type, message
+        self.event_type = info.event_type
+        self._finish(outcome)
+
+    def failed_after_output(self, info: ErrorInfo | None, event_type: str | None, message: str | None) -> None:
+        """The first failure after output, forwarded: only what it says replaces what the answer said."""
+        self.event_type = event_type
+        if info is not None:
+            self.status = info.status or self.status
+            self.code = info.code or info.type
+            self.message = message
+
+    def committed(self) -> None:
+        self.phase = "output"
+        self._finish("committed")
+
+    def kept(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        """The failed answer, shown with the attempt's own flow in mitmweb."""
+        self.answer = (status, headers, body)
+
+    def _finish(self, outcome: AttemptOutcome) -> None:
         self.outcome = outcome
         self.duration_s = round(time.monotonic() - self.started, 4)
 
@@ -115,8 +169,7 @@ class Exchange:
     faults: "FaultPlan | None" = None
     provisional_head: bool = False  # the relay may answer mitmproxy before the real head is known
     head: "asyncio.Future[AnswerHead] | None" = None  # set when the relay begins such an answer
-    # committed | gave_up | exhausted | stream_cut | stream_stalled | client_gone | internal_error
-    outcome: str = "pending"
+    outcome: ExchangeOutcome = "pending"
     # mitmproxy's own reader and writer of the relay connection this exchange comes on,
     # if they can be found (then the answer goes to mitmproxy in-process: relay/direct_line.py)
     mitmproxy_streams: "Callable[[], tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] | None" = None

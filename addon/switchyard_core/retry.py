@@ -7,13 +7,18 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from .apis import Decision
 
 
+PlanAction = Literal["retry", "next_upstream", "give_up"]
+"""After a failure: the same upstream again (after `delay_s`), the next one, or none."""
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
-    action: str  # "retry" | "next" | "give_up"
+    action: PlanAction
     delay_s: float = 0.0
 
 
@@ -59,7 +64,7 @@ def plan_after_failure(
     timeout moves on at once when there is somewhere to go, because retrying a
     silent provider only multiplies the wait.
     """
-    move_on = Plan("next") if has_next else Plan("give_up")
+    move_on = Plan("next_upstream") if has_next else Plan("give_up")
     if decision is Decision.FATAL:
         return Plan("give_up")
     if decision is Decision.NEXT_UPSTREAM:

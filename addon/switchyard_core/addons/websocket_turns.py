@@ -97,6 +97,7 @@ class _Turn:
     discarding: bool = False  # dropping a failed attempt until the re-sent create goes out
     response_id: str | None = None  # the current attempt's response id, once the server names it
     failure: tuple[bytes, bool] | None = None  # the failure a pending retry replaced
+    failure_recorded: bool = False  # a failure of this turn is in its story and the log
     timer: asyncio.Task[None] | None = None
     story: dict[str, Any] = field(default_factory=dict)
 
@@ -308,8 +309,7 @@ class WebSocketTurns:
         if result.kind is not FrameKind.FAILURE or not turn.suppressing:
             return
         info = result.error
-        first_failure = turn.story["attempts"][-1]["outcome"] == PASSED
-        if turn.number > 1 and not turn.output and info is not None and first_failure:
+        if turn.number > 1 and not turn.output and info is not None and not turn.failure_recorded:
             self._record_failure(conn, turn, info, "not_resent")  # a later turn: forwarded, never re-sent
         if conn.route.settings.rewrite_capacity_codes and info is not None and info.code in CAPACITY_CODES:
             message.content = rewrite_capacity_codes(message.content)
@@ -393,6 +393,7 @@ class WebSocketTurns:
                         delay_s: float | None = None) -> None:
         """The attempt's story in the flow's metadata, and its decision line in the log."""
         message = redact(info.message, conn.secrets)
+        turn.failure_recorded = True
         turn.story["attempts"][-1].update(outcome=outcome, event=info.event_type, status=info.status,
                                           code=info.code or info.type, message=message)
         observe.emit(

@@ -14,10 +14,11 @@ API's shape, and records it on the exchange for the flow's story:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from ..apis import ErrorInfo
 from ..apis.errors import code_and_type_for_status
-from ..exchange import AttemptRecord, Exchange
+from ..exchange import AttemptRecord, Exchange, ExchangeOutcome
 from ..upstreams.messages import Answer, forwarded_response_headers
 from .client_stream import ClientStream
 from .log import AttemptLog
@@ -45,31 +46,25 @@ class Endings:
         """Remember a failed answer: for exhaustion, and to show the attempt in mitmweb."""
         answered = Answered(answer.status, forwarded_response_headers(answer.headers), body, record, complete)
         self.last_answered = answered
-        record.answer = (answered.status, answered.headers, answered.body)
+        record.kept(answered.status, answered.headers, answered.body)
         return answered
 
     @staticmethod
     def show(record: AttemptRecord, answer: Answer, body: bytes) -> None:
         """An answer shown with its attempt in mitmweb, never forwarded (it said nothing)."""
-        record.answer = (answer.status, forwarded_response_headers(answer.headers), body)
+        record.kept(answer.status, forwarded_response_headers(answer.headers), body)
 
-    def committed(self, record: AttemptRecord, upstream: str, first_event: str) -> None:
-        record.phase = "output"
-        record.finish("committed")
-        self.exchange.answered_by = upstream
-        self.exchange.answered_url = record.url
-        self.exchange.outcome = "committed"
+    def committed(self, record: AttemptRecord, first_event: str) -> None:
+        self._ended("committed", record)
         self.log.committed(record, first_event)
 
     def gave_up(self, answered: Answered) -> None:
         """The client gets this (failed) answer: say whose it is."""
-        self.exchange.answered_by = answered.record.upstream
-        self.exchange.answered_url = answered.record.url
-        self.exchange.outcome = "gave_up"
+        self._ended("gave_up", answered.record)
 
-    def cut(self, record: AttemptRecord, message: str, code: str) -> None:
+    def cut(self, record: AttemptRecord, message: str, code: Literal["stream_cut", "stream_stalled"]) -> None:
         """A stream that broke after output must not look like a clean end."""
-        self.exchange.outcome = code
+        self._ended(code)
         self.log.cut(record, code, message)
         self.client.error_event(f"switchyard: {message}", code)
 
@@ -90,27 +85,40 @@ class Endings:
 
     def exhausted(self, last_message: str, timed_out: bool) -> None:
         """Nothing left to try and no upstream response open to forward."""
-        self.exchange.outcome = "exhausted"
+        forwarded = self.last_answered if not self.client.headers_sent else None
+        self._ended("exhausted", forwarded.record if forwarded is not None else None)
         self.client.stop_keepalive()
         self.log.exhausted(last_message)
         code = "upstream_timeout" if timed_out else "upstream_unavailable"
         if self.client.headers_sent:
             self.client.error_event(f"switchyard: every upstream failed; last: {last_message}", code)
-        elif self.last_answered is not None:
-            self.gave_up(self.last_answered)
-            self.exchange.outcome = "exhausted"
-            self._send(self.last_answered)
+        elif forwarded is not None:
+            self._send(forwarded)
         else:
             message = f"switchyard: no upstream answered; last: {last_message}"
             self.client.send_error(504 if timed_out else 502, message, code, self.exchange.attempts[-1].upstream)
 
+    def client_gone(self) -> None:
+        """The client left before the end: nothing more is written."""
+        self._ended("client_gone")
+        self.log.client_gone()
+
     def internal_error(self, what: str) -> None:
+        """A bug: it costs this exchange, told to the client in the API's shape."""
+        self._ended("internal_error")
         message = f"switchyard: internal error ({what}); see the mitmproxy log"
         if self.client.headers_sent:
             self.client.error_event(message, "switchyard_internal_error")
         else:
             upstream = self.exchange.attempts[-1].upstream if self.exchange.attempts else "none"
             self.client.send_error(502, message, "switchyard_internal_error", upstream)
+
+    def _ended(self, outcome: ExchangeOutcome, answering: AttemptRecord | None = None) -> None:
+        """The one writer of how the exchange ended, and of whose answer the client got."""
+        self.exchange.outcome = outcome
+        if answering is not None:
+            self.exchange.answered_by = answering.upstream
+            self.exchange.answered_url = answering.url
 
     def _send(self, answered: Answered) -> None:
         """A failed answer as the provider sent it; one that broke off while it was

@@ -1,4 +1,8 @@
-"""The log lines of one exchange's attempts, with its secrets redacted.
+"""The record of one exchange's attempts, and its log lines, with its secrets redacted.
+
+Each event of an attempt (failed, committed, a failure after output) is written
+here once: to the attempt's `AttemptRecord`, which the flow's story is made from,
+and to the log.
 
 Only facts chosen here are logged (route, upstream, attempt, phase, status,
 code, type, event, decision, message, request id).  A provider's error message
@@ -12,7 +16,7 @@ import logging
 
 from .. import observe
 from ..apis import ErrorInfo
-from ..exchange import AttemptRecord, Exchange
+from ..exchange import AttemptOutcome, AttemptRecord, Exchange
 from ..redaction import redact, secret_values
 
 
@@ -30,7 +34,9 @@ class AttemptLog:
     def fields(self, record: AttemptRecord) -> dict[str, object]:
         return {"route": self.route, "upstream": record.upstream, "attempt": record.attempt, "request_id": record.request_id}
 
-    def failed(self, record: AttemptRecord, info: ErrorInfo, decision: str, delay_s: float | None) -> None:
+    def failed(self, record: AttemptRecord, info: ErrorInfo, decision: AttemptOutcome, delay_s: float | None) -> None:
+        """A failure before output, and what it led to."""
+        record.failed(info, decision, self.redact(info.message))
         observe.emit(
             logging.INFO if decision in ("retry", "next_upstream") else logging.WARNING,
             "switchyard.attempt_failed",
@@ -50,6 +56,7 @@ class AttemptLog:
         )
 
     def committed(self, record: AttemptRecord, first_event: str) -> None:
+        record.committed()
         if len(self.exchange.attempts) > 1:
             # the same upstream again (`retries`), or the next one
             same = all(earlier.upstream == record.upstream for earlier in self.exchange.attempts)
@@ -72,7 +79,10 @@ class AttemptLog:
                          first_output_after_s=record.duration_s, outcome=self.exchange.outcome)
 
     def suppressed(self, record: AttemptRecord, info: ErrorInfo | None, event_type: str | None) -> None:
-        """A failure after output: forwarded, never replayed."""
+        """A failure after output: forwarded, never replayed.  The first one is the attempt's story."""
+        if not self.exchange.suppressed_failover:
+            record.failed_after_output(info, event_type, self.redact(info.message) if info and info.message else None)
+        self.exchange.suppressed_failover = True
         observe.emit(
             logging.WARNING,
             observe.SUPPRESSED_AFTER_OUTPUT,
@@ -85,6 +95,9 @@ class AttemptLog:
             message=self.redact(info.message) if info else None,
             request_id=record.request_id,
         )
+
+    def client_gone(self) -> None:
+        observe.emit(logging.INFO, "switchyard.client_gone", route=self.route, attempts=len(self.exchange.attempts))
 
     def cut(self, record: AttemptRecord, code: str, message: str) -> None:
         observe.emit(logging.WARNING, "switchyard.stream_cut_after_output", **self.fields(record), code=code, message=message)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from .. import observe
 from ..apis import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
 from ..apis.errors import http_error_info
-from ..exchange import AttemptRecord, Exchange
+from ..exchange import AttemptOutcome, AttemptRecord, Exchange
 from ..gate import SAID_NOTHING, Gate, GateStep
 from ..retry import Plan, plan_after_failure, retry_after_s
 from ..rules import Upstream
@@ -99,7 +99,7 @@ class AttemptLoop:
                 if last.plan.action == "retry":
                     await asyncio.sleep(last.plan.delay_s)
                     continue
-                if last.plan.action == "next":
+                if last.plan.action == "next_upstream":
                     break
                 self.end.exhausted(last.info.message, last.timed_out)
                 return
@@ -147,14 +147,12 @@ class AttemptLoop:
 
         fault = self.exchange.faults.pick(self.route.name, upstream.name) if self.exchange.faults else None
         if fault is not None:
-            record.fault = fault.kind
+            record.injected(fault.kind)
             observe.emit(logging.INFO, "switchyard.fault_injected", route=self.route.name, upstream=upstream.name,
                          attempt=record.attempt, kind=fault.kind, after_frames=fault.after_frames)
             answer = FaultyAnswer(answer, fault, self.api.name)
         try:
-            record.phase = "headers"
-            record.status = answer.status
-            record.request_id = request_id(answer.headers)
+            record.answered(answer.status, request_id(answer.headers))
             if not 200 <= answer.status < 300:
                 return await self._http_failure(answer, attempt)
             if "text/event-stream" in answer.headers.get("Content-Type", "").lower():
@@ -178,14 +176,9 @@ class AttemptLoop:
             backoff_ms=self.settings.backoff_ms,
             max_backoff_ms=self.settings.max_backoff_ms,
         )
-        failed = _Failed(info, plan, timed_out)
-        record = attempt.record
-        record.status, record.code, record.message = info.status, info.code or info.type, self.log.redact(info.message)
-        record.event_type = info.event_type
-        outcome = "fatal" if decision is Decision.FATAL else _OUTCOMES[plan.action]
-        record.finish(outcome)
-        self.log.failed(record, info, outcome, plan.delay_s if plan.action == "retry" else None)
-        return failed
+        outcome: AttemptOutcome = "fatal" if decision is Decision.FATAL else plan.action
+        self.log.failed(attempt.record, info, outcome, plan.delay_s if plan.action == "retry" else None)
+        return _Failed(info, plan, timed_out)
 
     async def _http_failure(self, answer: Answer, attempt: _Try) -> _Failed | None:
         settings = self.settings
@@ -200,7 +193,7 @@ class AttemptLoop:
 
     async def _whole(self, answer: Answer, attempt: _Try) -> _Failed | None:
         """A non-streaming answer: a 2xx without an error object commits."""
-        attempt.record.phase = "body"
+        attempt.record.reached("body")
         limit = max(self.settings.staging_limit, WHOLE_BODY_MIN_LIMIT)
         deadline = attempt.record.started + self.settings.request_timeout_s if self.settings.request_timeout_s else None
         chunks: list[bytes] = []
@@ -249,7 +242,7 @@ class AttemptLoop:
     def _commit_whole(self, attempt: _Try, first_event: str) -> bool:
         """Commit a non-streaming answer; True if the client already had a stream's
         headers (keepalive promised one), and was told in-band that this is none."""
-        self.end.committed(attempt.record, attempt.upstream.name, first_event)
+        self.end.committed(attempt.record, first_event)
         self.client.stop_keepalive()
         if not self.client.headers_sent:
             return False
@@ -270,7 +263,7 @@ class AttemptLoop:
             staging_limit=settings.staging_limit,
             rewrite_capacity_codes=settings.rewrite_capacity_codes,
         )
-        record.phase = "staging"
+        record.reached("staging")
         idle_s = settings.idle_timeout_s or None  # silence after output
         # silence before output: reasoning models can think for minutes before their first
         # token, so not `idle_timeout_s`; `request_timeout_s` (an answer's patience), and
@@ -364,7 +357,7 @@ class AttemptLoop:
         if failed.plan.action != "give_up":
             return failed
         # the last possible attempt: the client gets it as the provider sent it
-        attempt.record.phase = "forwarded"
+        attempt.record.reached("forwarded")
         self.end.gave_up(answered)
         self.client.stop_keepalive()
         if not self.client.headers_sent:
@@ -375,7 +368,7 @@ class AttemptLoop:
 
     def _output(self, step: GateStep, attempt: _Try, answer: Answer) -> None:
         if step.committed:
-            self.end.committed(attempt.record, attempt.upstream.name, step.first_event or "output")
+            self.end.committed(attempt.record, step.first_event or "output")
             self.client.stop_keepalive()
             if self.client.headers_sent:
                 self.client.announce(attempt.upstream.name)
@@ -387,17 +380,8 @@ class AttemptLoop:
             self.client.write(step.emit)
 
     def _suppressed(self, step: GateStep, attempt: _Try) -> None:
-        record = attempt.record
         for failure in step.failures_after_output:
-            if not self.exchange.suppressed_failover:  # the first one is the attempt's story
-                info = failure.error
-                record.event_type = failure.event_type
-                if info is not None:  # only what it says: the answer's own status stands otherwise
-                    record.status = info.status or record.status
-                    record.code = info.code or info.type
-                    record.message = self.log.redact(info.message) if info.message else None
-            self.exchange.suppressed_failover = True
-            self.log.suppressed(record, failure.error, failure.event_type)
+            self.log.suppressed(attempt.record, failure.error, failure.event_type)
 
     async def _pass_rest(self, answer: Answer) -> None:
         """The rest of an answer forwarded as sent; if it breaks or stalls, so does the
@@ -434,8 +418,6 @@ class AttemptLoop:
             silence.close()
             self.client.sink.pace(None)
 
-
-_OUTCOMES = {"retry": "retry", "next": "next_upstream", "give_up": "give_up"}
 
 
 def _loop_time(deadline: float | None) -> float | None:

@@ -162,12 +162,10 @@ class Relay:
         try:
             await loop.run()
         except asyncio.CancelledError:
-            exchange.outcome = "client_gone"
-            observe.emit(logging.INFO, "switchyard.client_gone", route=exchange.route.name, attempts=len(exchange.attempts))
+            loop.end.client_gone()
             raise
         except Exception as exc:  # a bug must cost one request, never the proxy
             observe.log.exception(observe.format_event("switchyard.internal_error", route=exchange.route.name))
-            exchange.outcome = "internal_error"
             loop.end.internal_error(type(exc).__name__)
         finally:
             self.in_flight -= 1
