@@ -637,3 +637,36 @@ async def test_a_reload_while_the_relay_starts_leaves_no_relay_behind(rules_file
         assert started.stopped and started.port is None  # not left listening with nobody to stop it
         assert new.relay is not None and flow.request.port == new.relay.port  # the new Router routed it
         new.done()
+
+
+async def test_without_mitmproxys_readers_answers_go_through_the_socket_and_one_line_says_so(
+        rules_file: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """mitmproxy's test context has no proxyserver addon: the direct line's check
+    fails once, at `running`, and no flow is handed a reader to look for."""
+    caplog.set_level(logging.INFO, logger="switchyard")
+    with routing(rules_file) as router:
+        router.running()
+        lines = [r.getMessage() for r in caplog.records if "switchyard.mitmproxy_parts" in r.getMessage()]
+        assert len(lines) == 1
+        assert "direct_line=\"inactive: mitmproxy's proxyserver addon keeps no connections map\"" in lines[0]
+        assert "streaming_note=active log_hook_filter=active" in lines[0]
+        flow = chat_flow()
+        await router.route(flow)
+        assert router._live[flow.id].mitmproxy_streams is None
+        router.done()
+
+
+async def test_a_mitmproxy_whose_connection_handlers_moved_keeps_its_streaming_note_unheld(
+        rules_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from mitmproxy.proxy import server
+
+    from switchyard_core.addons import streaming_note
+
+    caplog.set_level(logging.INFO, logger="switchyard")
+    monkeypatch.setattr(server, "logger", logging.getLogger("mitmproxy.proxy.elsewhere"))
+    with routing(rules_file) as router:
+        router.running()
+        assert router._notes not in logging.getLogger(streaming_note.LOGGER).filters
+        line = next(r.getMessage() for r in caplog.records if "switchyard.mitmproxy_parts" in r.getMessage())
+        assert "streaming_note=\"inactive: mitmproxy's connection handlers no longer log to mitmproxy.proxy.server\"" in line
+        router.done()

@@ -68,3 +68,20 @@ def test_redact_hides_whole_keys_and_a_key_cut_off_at_the_length_limit() -> None
     # a message that was not cut ends where the provider ended it: its tail is no key
     assert redact("the header must start with Bearer sk-live", secrets) == "the header must start with Bearer sk-live"
     assert redact("nothing here", secrets) == "nothing here"
+
+
+def test_a_mitmproxy_without_its_legacy_log_hook_still_loads_and_counts_every_handler(
+        tree: tuple[logging.Logger, logging.Logger], monkeypatch: pytest.MonkeyPatch) -> None:
+    import mitmproxy.log
+
+    monkeypatch.delattr(mitmproxy.log, "LegacyLogEvents")
+    handlers = observe._hook_handlers()
+    assert handlers == ()
+    monkeypatch.setattr(observe, "HOOK_HANDLERS", handlers)
+    root, child = tree
+    root.addHandler(logging.NullHandler())
+    assert observe.shown_anywhere(logging.DEBUG, child)
+
+
+def test_mitmproxys_legacy_log_hook_is_found_where_it_is() -> None:
+    assert observe.HOOK_HANDLERS == (LegacyLogEvents,)

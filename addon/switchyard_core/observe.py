@@ -13,9 +13,20 @@ import json
 import logging
 from typing import Any
 
-from mitmproxy.log import LegacyLogEvents
+import mitmproxy.log
 
 log = logging.getLogger("switchyard")
+
+
+def _hook_handlers() -> tuple[type[logging.Handler], ...]:
+    """mitmproxy's handler behind its deprecated `add_log` hook, if this mitmproxy has one."""
+    handler = getattr(mitmproxy.log, "LegacyLogEvents", None)
+    if isinstance(handler, type) and issubclass(handler, logging.Handler):
+        return (handler,)
+    return ()
+
+
+HOOK_HANDLERS = _hook_handlers()  # checked once, at load: see `shown_anywhere`
 
 SUPPRESSED_AFTER_OUTPUT = "switchyard.failover_suppressed_after_semantic_output"
 METADATA_KEY = "switchyard"  # the flow.metadata key holding a routed flow's story
@@ -47,14 +58,16 @@ def shown_anywhere(level: int, logger: logging.Logger = log) -> bool:
     verbosity, mitmweb's event log, a test's capture.
 
     mitmproxy also hands every record, formatted, to its deprecated `add_log` hook
-    over every addon, whatever the verbosity: a debug line that nobody sees still
-    costs about 0.1 ms.  A line written for every answer asks this first."""
+    over every addon, whatever the verbosity, and a debug line that nobody sees
+    still costs that hook's round.  A line written for every answer asks this
+    first.  That handler is not someone who sees the line; on a mitmproxy without
+    it (`HOOK_HANDLERS` empty) every handler counts."""
     if not logger.isEnabledFor(level):
         return False
     current: logging.Logger | None = logger
     while current is not None:
         for handler in current.handlers:
-            if level >= handler.level and not isinstance(handler, LegacyLogEvents):
+            if level >= handler.level and not isinstance(handler, HOOK_HANDLERS):
                 return True
         current = current.parent if current.propagate else None
     return False

@@ -26,12 +26,14 @@ from ..exchange import Exchange, FlowAddress, OriginalRequest
 from ..observe import METADATA_KEY
 from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Relay
 from ..relay.connection import reason_phrase
+from ..relay import mitmproxy_reader
 from ..relay.mitmproxy_reader import relay_streams
 from ..upstreams import UpstreamClient
 from ..upstreams.messages import redact_query
 from .destination import destination, named_url
 from .flow_story import DisplayCopy, annotate, restore, show_attempts
 from .rules_keeper import RulesKeeper
+from . import streaming_note
 from .streaming_note import StreamingNoteDeferral
 
 UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth"}
@@ -64,7 +66,8 @@ class Router:
         self.counters: Counter[str] = Counter()
         self._notes = StreamingNoteDeferral()
         self._start: asyncio.Task[Relay] | None = None  # the relay's start, from `running`
-        self._direct = True
+        self._direct = True  # the option
+        self._reader_reachable = False  # mitmproxy's readers can be reached (checked in `running`)
         self._last = LastInLine(self)
 
     # --- lifecycle ------------------------------------------------------------
@@ -100,7 +103,7 @@ class Router:
     def running(self) -> None:
         if self not in _RUNNING:
             _RUNNING.append(self)
-        self._notes.install()
+        self._check_mitmproxy_parts()
         if self._last not in ctx.master.addons:
             ctx.master.addons.add(self._last)
         self._start = asyncio.get_running_loop().create_task(self._ensure_relay())
@@ -118,6 +121,19 @@ class Router:
         if self.relay is not None:
             self.relay.retire()  # a reload: the streams in flight finish on it, new flows go to the next
             self.relay = None
+
+    def _check_mitmproxy_parts(self) -> None:
+        """What Switchyard takes from mitmproxy's private parts, checked once: each
+        only saves time, and one that is not there costs that saving, never an answer."""
+        direct_line = mitmproxy_reader.unusable(ctx.master)
+        self._reader_reachable = direct_line is None
+        note = streaming_note.unusable()
+        if note is None:
+            self._notes.install()
+        hook_filter = None if observe.HOOK_HANDLERS else "mitmproxy.log has no LegacyLogEvents"
+        parts = {"direct_line": direct_line, "streaming_note": note, "log_hook_filter": hook_filter}
+        observe.emit(logging.DEBUG if not any(parts.values()) else logging.INFO, "switchyard.mitmproxy_parts",
+                     **{name: "active" if why is None else f"inactive: {why}" for name, why in parts.items()})
 
     async def _ensure_relay(self) -> Relay:
         relay = self.relay
@@ -171,7 +187,7 @@ class Router:
         exchange = relay.register(route, original, self.keeper.faults,
                                   provisional_head=request.http_version.startswith("HTTP/1"))
         self._live[flow.id] = exchange
-        if self._direct:
+        if self._direct and self._reader_reachable:
             exchange.mitmproxy_streams = lambda: relay_streams(flow)
         flow.metadata[METADATA_KEY] = {"route": route.name, "api": route.api, "original_url": redact_query(original.url)}
         data = request.data

@@ -4,9 +4,14 @@ mitmproxy logs that line the moment it sends a streamed answer's head.  For a
 flow Switchyard relays to an HTTP/1 client, that moment is the first token's:
 the head waits until the answer is decided (see `Router.responseheaders`).  The
 line's cost there (formatting, the terminal write, and mitmproxy's `add_log`
-hook over every addon) measured about 0.2 ms of the first token's time
-(issue 6).  So it is held back and logged unchanged, with its original time,
-one loop pass later: after mitmproxy has written the first token.
+hook over every addon) is paid by the first token.  So it is held back and
+logged unchanged, with its original time, one loop pass later: after mitmproxy
+has written the first token.
+
+This leans on mitmproxy's private parts: the logger its connection handlers
+write to, which hands the client's address as the record's `client`, and the
+line's wording.  `unusable` checks the logger once, at load; a reworded line is
+simply logged at its usual time.
 """
 
 from __future__ import annotations
@@ -18,6 +23,18 @@ from typing import Any
 MESSAGE_PREFIX = "Streaming response from "
 LOGGER = "mitmproxy.proxy.server"  # where mitmproxy's connection handlers log
 _DEFERRED = "switchyard_deferred"
+
+
+def unusable() -> str | None:
+    """Why the line cannot be held back on this mitmproxy, or None if it can."""
+    try:
+        from mitmproxy.proxy import server
+    except ImportError:
+        return "mitmproxy.proxy.server is gone"
+    logger = getattr(server, "logger", None)
+    if not isinstance(logger, logging.Logger) or logger.name != LOGGER:
+        return f"mitmproxy's connection handlers no longer log to {LOGGER}"
+    return None
 
 
 class StreamingNoteDeferral(logging.Filter):

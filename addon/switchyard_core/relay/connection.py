@@ -179,11 +179,7 @@ class RelayConnection(asyncio.Protocol):
         """Before the answer's first byte: hand it to mitmproxy in-process if it can be."""
         if exchange.mitmproxy_streams is None or self.transport is None:
             return False
-        try:
-            streams = exchange.mitmproxy_streams()
-        except Exception:  # mitmproxy's internals moved (relay/mitmproxy_reader.py): the socket it is
-            streams = None
-        self._line = DirectLine.connect(streams, self.transport)
+        self._line = DirectLine.connect(exchange.mitmproxy_streams(), self.transport)
         if self._line is None:
             return False
         self._send = self._line.write

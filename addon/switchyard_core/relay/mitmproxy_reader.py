@@ -2,30 +2,46 @@
 
 The relay hands its answers to that reader in-process (relay/direct_line.py),
 skipping the kernel hop.  mitmproxy has no public way to reach it, so this
-follows mitmproxy 12's own structures: the `proxyserver` addon's handler for
-the flow's client connection, and that handler's reader and writer for the
-flow's server connection.  Every step is looked up defensively: whatever a
-later mitmproxy changes, the answer then simply goes through the socket.
+follows mitmproxy 12's own structures: the `proxyserver` addon's handlers by
+client connection (`connections`), and each handler's reader and writer by
+server connection (`transports`, holding a `ConnectionIO`).  `unusable` checks
+those once, at load; a mitmproxy without them gets every answer through the
+socket instead, the same bytes a little slower.  Per flow, a handler or stream
+that is not there (the client just left) means the socket too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import typing
 
-from mitmproxy import ctx, http
+from mitmproxy import ctx, http, master
+
+
+def unusable(mitmproxy: master.Master) -> str | None:
+    """Why mitmproxy's readers cannot be reached, or None if they can."""
+    try:
+        from mitmproxy.proxy.server import ConnectionHandler, ConnectionIO
+    except ImportError:
+        return "mitmproxy.proxy.server has no ConnectionHandler or ConnectionIO"
+    if not isinstance(getattr(mitmproxy.addons.get("proxyserver"), "connections", None), dict):
+        return "mitmproxy's proxyserver addon keeps no connections map"
+    if "transports" not in typing.get_type_hints(ConnectionHandler):
+        return "mitmproxy's connection handlers keep no transports"
+    if not dataclasses.is_dataclass(ConnectionIO) or not {"reader", "writer"} <= {
+            field.name for field in dataclasses.fields(ConnectionIO)}:
+        return "mitmproxy's ConnectionIO holds no reader and writer"
+    return None
 
 
 def relay_streams(flow: http.HTTPFlow) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
     """mitmproxy's reader and writer of the flow's current server connection, or None."""
-    proxyserver = ctx.master.addons.get("proxyserver")
-    connections = getattr(proxyserver, "connections", None)
-    if not isinstance(connections, dict):
-        return None
+    connections = ctx.master.addons.get("proxyserver").connections
     handler = connections.get(flow.client_conn.id)
-    transports = getattr(handler, "transports", None)
-    if transports is None:
+    if handler is None:
         return None
-    io = transports.get(flow.server_conn)
+    io = handler.transports.get(flow.server_conn)
     reader, writer = getattr(io, "reader", None), getattr(io, "writer", None)
     if isinstance(reader, asyncio.StreamReader) and isinstance(writer, asyncio.StreamWriter):
         return reader, writer
