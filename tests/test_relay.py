@@ -341,7 +341,7 @@ async def test_an_answer_never_goes_to_the_reader_of_another_connection(relay: R
     assert not stray
 
 
-async def test_a_lookup_that_fails_leaves_the_answer_on_the_socket(relay: Relay) -> None:
+async def test_a_lookup_that_fails_leaves_the_answer_on_the_socket(relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
     def broken() -> None:
         raise AttributeError("mitmproxy moved its internals")
 
@@ -354,6 +354,25 @@ async def test_a_lookup_that_fails_leaves_the_answer_on_the_socket(relay: Relay)
         writer.close()
     assert relay.direct_answers == 0
     assert dechunk(received.partition(b"\r\n\r\n")[2]) == content("hi") + DONE
+    assert "switchyard.direct_line_unavailable error=\"AttributeError: mitmproxy moved its internals\"" in caplog.text
+
+
+async def test_a_bug_in_the_lookup_costs_that_answer_and_is_logged_not_hidden(
+        relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
+    def buggy() -> None:
+        raise RuntimeError("a bug")
+
+    async with Server(answering(chunked_head([("Content-Type", "text/event-stream")])
+                                + chunk(content("hi")) + chunk(DONE) + LAST_CHUNK)) as up:
+        exchange = register(relay, up)
+        exchange.mitmproxy_streams = buggy  # type: ignore[assignment]
+        reader, writer = await ask(relay, exchange.token)
+        head, body = await read_answer(reader)
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 502 ")
+    assert b"switchyard: internal error (RuntimeError)" in body
+    assert up.accepts == 0  # nothing was asked of the upstream
+    assert "switchyard.internal_error" in caplog.text and "RuntimeError: a bug" in caplog.text
 
 
 async def read_answer(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:

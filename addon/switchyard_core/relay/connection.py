@@ -9,12 +9,14 @@ one chunk on the transport, made in whatever callback produced the bytes
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Protocol, cast
 
 import httptools
 
+from .. import observe
 from ..exchange import AnswerHead, Exchange
 from ..upstreams.body import Body
 from .direct_line import DirectLine
@@ -179,7 +181,12 @@ class RelayConnection(asyncio.Protocol):
         """Before the answer's first byte: hand it to mitmproxy in-process if it can be."""
         if exchange.mitmproxy_streams is None or self.transport is None:
             return False
-        self._line = DirectLine.connect(exchange.mitmproxy_streams(), self.transport)
+        try:
+            streams = exchange.mitmproxy_streams()
+        except (AttributeError, KeyError, TypeError) as exc:  # mitmproxy's structures moved under us
+            observe.emit(logging.WARNING, "switchyard.direct_line_unavailable", error=f"{type(exc).__name__}: {exc}")
+            return False
+        self._line = DirectLine.connect(streams, self.transport)
         if self._line is None:
             return False
         self._send = self._line.write

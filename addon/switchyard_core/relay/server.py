@@ -152,14 +152,14 @@ class Relay:
             sink.send_whole(403, [("Content-Type", "text/plain; charset=utf-8")],
                             b"switchyard relay: unknown or used token\n")
             return
-        if sink.go_direct(exchange):
-            self.direct_answers += 1
-        if exchange.provisional_head and exchange.request.method != "HEAD":
-            sink.begin(exchange)
         loop = AttemptLoop(exchange, self.client_via(exchange.upstream_proxy), sink)
         self.answers += 1
         self.in_flight += 1
         try:
+            if sink.go_direct(exchange):
+                self.direct_answers += 1
+            if exchange.provisional_head and exchange.request.method != "HEAD":
+                sink.begin(exchange)
             await loop.run()
         except asyncio.CancelledError:
             loop.end.client_gone()
