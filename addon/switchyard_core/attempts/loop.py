@@ -38,6 +38,7 @@ from ..upstreams.messages import (
     transport_failure,
 )
 from .client_stream import ClientSink, ClientStream
+from .deadlines import Deadlines
 from .endings import Endings
 from .faulty_answer import FaultyAnswer
 from .log import AttemptLog
@@ -62,6 +63,7 @@ class _Try:
     tries: int
     has_next: bool
     record: AttemptRecord
+    deadlines: Deadlines
 
 
 class AttemptLoop:
@@ -120,28 +122,15 @@ class AttemptLoop:
         )
         self.exchange.attempts.append(record)
         self.client.attempts = len(self.exchange.attempts)
-        attempt = _Try(upstream, tries, has_next, record)
-        settings = self.settings
-        if self.exchange.request.wants_stream:
-            # streams: headers and first output are bounded from the attempt's start
-            bounds = [t for t in (settings.headers_timeout_s, settings.first_output_timeout_s) if t > 0]
-            open_s = min(bounds) if bounds else None
-            waiting_for = "output" if open_s and open_s == settings.first_output_timeout_s else "response headers"
-        else:
-            open_s = settings.request_timeout_s or None  # the whole answer, headers included
-            waiting_for = "complete answer"
+        deadlines = Deadlines.of(self.settings, streams=self.exchange.request.wants_stream, started=record.started)
+        attempt = _Try(upstream, tries, has_next, record, deadlines)
         try:
-            async with asyncio.timeout(open_s):
-                answer: Answer = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s)
+            async with asyncio.timeout(deadlines.head):
+                answer: Answer = await self.http.open(request, connect_timeout_s=deadlines.connect)
         except ConnectTimeout:
-            info = ErrorInfo(status=504, message=f"no connection within {settings.connect_timeout_s:g}s",
-                             event_type="timeout", retryable_hint=True)
-            return self._fail(attempt, info, timed_out=True)
+            return self._fail(attempt, deadlines.no_connection(), timed_out=True)
         except TimeoutError:
-            limit = f"{open_s:g}s" if open_s else "the time limit"
-            info = ErrorInfo(status=504, message=f"no {waiting_for} within {limit}", event_type="timeout",
-                             retryable_hint=True)
-            return self._fail(attempt, info, timed_out=True)
+            return self._fail(attempt, deadlines.no_head(), timed_out=True)
         except OSError as exc:  # refused, unreachable, TLS, reset, not HTTP (ssl errors are OSErrors)
             return self._fail(attempt, transport_failure(exc))
 
@@ -181,9 +170,7 @@ class AttemptLoop:
         return _Failed(info, plan, timed_out)
 
     async def _http_failure(self, answer: Answer, attempt: _Try) -> _Failed | None:
-        settings = self.settings
-        body, complete = await read_bounded(answer, ERROR_BODY_LIMIT,
-                                            settings.headers_timeout_s or settings.request_timeout_s)
+        body, complete = await read_bounded(answer, ERROR_BODY_LIMIT, attempt.deadlines.error_body)
         failed = self._fail(attempt, http_error_info(answer.status, body), headers=answer.headers)
         answered = self.end.keep(attempt.record, answer, body, complete=complete)
         if failed.plan.action == "give_up":
@@ -195,7 +182,7 @@ class AttemptLoop:
         """A non-streaming answer: a 2xx without an error object commits."""
         attempt.record.reached("body")
         limit = max(self.settings.staging_limit, WHOLE_BODY_MIN_LIMIT)
-        deadline = attempt.record.started + self.settings.request_timeout_s if self.settings.request_timeout_s else None
+        deadline = attempt.deadlines.whole_by
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -203,9 +190,7 @@ class AttemptLoop:
                 async with asyncio.timeout_at(_loop_time(deadline)):
                     chunk, error = await answer.body.read_some()
             except TimeoutError:
-                info = ErrorInfo(status=504, message=f"no complete answer within {self.settings.request_timeout_s:g}s",
-                                 event_type="timeout", retryable_hint=True)
-                return self._fail(attempt, info, timed_out=True)
+                return self._fail(attempt, attempt.deadlines.incomplete(), timed_out=True)
             if error is not None:
                 return self._fail(attempt, transport_failure(error))
             if not chunk:
@@ -218,7 +203,7 @@ class AttemptLoop:
                     return None
                 self.client.start(answer.status, forwarded_response_headers(answer.headers), attempt.upstream.name)
                 self.client.write(b"".join(chunks))
-                await self._pass_rest(answer)
+                await self._pass_rest(answer, attempt.deadlines)
                 return None
         body = b"".join(chunks)
         body_error: ErrorInfo | None = None
@@ -264,14 +249,7 @@ class AttemptLoop:
             rewrite_capacity_codes=settings.rewrite_capacity_codes,
         )
         record.reached("staging")
-        idle_s = settings.idle_timeout_s or None  # silence after output
-        # silence before output: reasoning models can think for minutes before their first
-        # token, so not `idle_timeout_s`; `request_timeout_s` (an answer's patience), and
-        # `first_output_timeout_s` where it is set.  Some bound is needed: behind the
-        # pre-answer keepalive a client never times out on its own
-        quiet_s = settings.request_timeout_s or None
-        first_output_s = settings.first_output_timeout_s
-        deadline = record.started + first_output_s if first_output_s else None
+        deadlines = attempt.deadlines
         body = answer.body
         silence = self._silence(answer)
         touch = silence.touch
@@ -280,11 +258,7 @@ class AttemptLoop:
         failures: list[Classification] = []
 
         def staging_bound() -> None:
-            wait = quiet_s
-            if deadline is not None:
-                left = max(0.0, deadline - time.monotonic())
-                wait = left if wait is None else min(wait, left)
-            silence.expect_by(wait)
+            silence.expect_by(deadlines.staged_wait(time.monotonic()))
 
         def through(chunk: bytes) -> None:
             if passes(chunk):  # committed, and plain answer content: the hot path
@@ -302,7 +276,7 @@ class AttemptLoop:
                 return
             self._output(step, attempt, answer)
             if step.committed:
-                silence.expect_by(idle_s)
+                silence.expect_by(deadlines.quiet_after_output)
 
         staging_bound()
         try:
@@ -310,13 +284,9 @@ class AttemptLoop:
         except TimeoutError:
             if gate.committed:
                 if not gate.complete:  # after the API's end marker, quiet is no stall: the answer is whole
-                    self.end.cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
-                                  "stream_stalled")
+                    self.end.cut(record, deadlines.stalled_message(), "stream_stalled")
                 return None
-            silent = deadline is None or time.monotonic() < deadline
-            what = f"nothing for {settings.request_timeout_s:g}s" if silent else f"no output within {first_output_s:g}s"
-            info = ErrorInfo(status=504, message=what, event_type="timeout", retryable_hint=True)
-            return self._fail(attempt, info, timed_out=True)
+            return self._fail(attempt, deadlines.silent_while_staged(time.monotonic()), timed_out=True)
         if failures:
             return await self._failed_in_stream(failures[0], gate, answer, attempt)
         if error is not None:
@@ -363,7 +333,7 @@ class AttemptLoop:
         if not self.client.headers_sent:
             self.client.start(answer.status, answered.headers, attempt.upstream.name)
         self.client.write(gate.pass_through())
-        await self._pass_rest(answer)
+        await self._pass_rest(answer, attempt.deadlines)
         return None
 
     def _output(self, step: GateStep, attempt: _Try, answer: Answer) -> None:
@@ -383,7 +353,7 @@ class AttemptLoop:
         for failure in step.failures_after_output:
             self.log.suppressed(attempt.record, failure.error, failure.event_type)
 
-    async def _pass_rest(self, answer: Answer) -> None:
+    async def _pass_rest(self, answer: Answer, deadlines: Deadlines) -> None:
         """The rest of an answer forwarded as sent; if it breaks or stalls, so does the
         client's (a clean end would claim a complete answer)."""
         silence = self._silence(answer)
@@ -394,7 +364,7 @@ class AttemptLoop:
             touch()
             write(chunk)
 
-        silence.expect_by(self.settings.idle_timeout_s or None)
+        silence.expect_by(deadlines.quiet_after_output)
         try:
             broke = await self._pipe(answer, timed, silence) is not None
         except TimeoutError:  # stalled

@@ -1,9 +1,12 @@
 """A read deadline that costs nothing per read.
 
 `asyncio.timeout()` around every upstream read schedules and cancels a timer
-per frame: measurable on the hot path.  `Silence` keeps one timer per quiet
+per frame, on the path every token takes.  `Silence` keeps one timer per quiet
 period instead: each read only moves a float forward (`touch` is one clock
 read), and the timer, when it fires early, re-arms itself for the new due time.
+Once the bound has truly passed, the `asyncio.Timeout` around the wait is
+rescheduled to now, and asyncio's own timeout machinery ends the wait (its
+cancel, and taking that cancel back where the awaited call swallowed it).
 Times are `time.monotonic()`, the clock asyncio's loops keep.
 """
 
@@ -23,14 +26,10 @@ class Silence:
         paused because the client is not keeping up: that is not its fault)."""
         self._excused = excused
         self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = task
         self._handle: asyncio.TimerHandle | None = None
         self._span: float | None = None  # the bound; None: none
         self._since = 0.0  # when the current quiet period began
-        self._waiting = False
-        self._fired = False
+        self._timeout: asyncio.Timeout | None = None  # the wait in progress
         self._awaited: asyncio.Future[Any] | None = None
 
     def expect_by(self, seconds: float | None) -> None:
@@ -54,25 +53,16 @@ class Silence:
 
         An answer that came in the same pass of the loop as the due time wins:
         a stream that ended is not a stream that went silent."""
-        self._waiting = True
-        self._awaited = awaitable if isinstance(awaitable, asyncio.Future) else None
+        awaited = self._awaited = awaitable if isinstance(awaitable, asyncio.Future) else None
         try:
-            result = await awaitable
-            if self._fired:  # the awaited call swallowed our cancel: take it back
-                self._fired = False
-                self._task.uncancel()
-            return result
-        except asyncio.CancelledError:
-            if self._fired:
-                self._fired = False
-                if self._task.uncancel() == 0:
-                    awaited = self._awaited
-                    if awaited is not None and awaited.done() and not awaited.cancelled():
-                        return awaited.result()
-                    raise TimeoutError from None
+            async with asyncio.timeout(None) as self._timeout:
+                return await awaitable
+        except TimeoutError:
+            if awaited is not None and awaited.done() and not awaited.cancelled():
+                return awaited.result()
             raise
         finally:
-            self._waiting = False
+            self._timeout = None
             self._awaited = None
 
     def _fire(self) -> None:
@@ -86,9 +76,8 @@ class Silence:
         elif self._excused is not None and self._excused():
             self._since = now  # the quiet period starts again once the client catches up
             self._handle = self._loop.call_at(now + self._span, self._fire)
-        elif self._waiting and not (self._awaited is not None and self._awaited.done()):
-            self._fired = True
-            self._task.cancel()
+        elif self._timeout is not None and not (self._awaited is not None and self._awaited.done()):
+            self._timeout.reschedule(now)  # due now: asyncio ends the wait
 
     def close(self) -> None:
         if self._handle is not None:

@@ -66,7 +66,7 @@ class UpstreamClient:
             self._tls_context = context
         return self._tls_context
 
-    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float) -> UpstreamAnswer:
+    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None) -> UpstreamAnswer:
         """Send the request; returns once the response headers arrived."""
         url = urlsplit(request.url)
         scheme = url.scheme.lower()
@@ -97,7 +97,7 @@ class UpstreamClient:
                 connection.abort()
                 raise
 
-    async def _connect(self, key: Key, timeout_s: float) -> UpstreamConnection:
+    async def _connect(self, key: Key, timeout_s: float | None) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
         scheme, host, port, name = key  # host: where to connect; name: what TLS asks for
         connection: UpstreamConnection | None = None
@@ -126,7 +126,7 @@ class UpstreamClient:
         except TimeoutError:
             if connection is not None:
                 connection.close()
-            raise ConnectTimeout(f"no connection within {timeout_s:g}s") from None
+            raise ConnectTimeout(f"no connection within {timeout_s or 0:g}s") from None
         except BaseException:
             if connection is not None:
                 connection.close()

@@ -1,0 +1,105 @@
+"""Every time bound of one attempt, decided once from the route's settings and
+whether the client streams.
+
+A stream is bounded from the attempt's start until its head (`headers_timeout_s`)
+and its first output (`first_output_timeout_s`), by silence while it is staged
+(`request_timeout_s`: reasoning models can think for minutes before their first
+token, so not `idle_timeout_s`, but some bound is needed: behind the pre-answer
+keepalive a client never times out on its own), then by silence after output
+(`idle_timeout_s`).  A whole (non-streaming) answer is bounded from the
+attempt's start to its last byte (`request_timeout_s`).  A setting of 0 is no
+bound.  Each timeout's message names the bound that passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..apis import ErrorInfo
+from ..rules import AttemptSettings
+
+
+def _bound(seconds: float) -> float | None:
+    return seconds if seconds > 0 else None
+
+
+def _timed_out(message: str) -> ErrorInfo:
+    return ErrorInfo(status=504, message=message, event_type="timeout", retryable_hint=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    """Durations in seconds (None: no bound); `started` is the attempt's start, on `time.monotonic()`."""
+
+    started: float
+    connect: float | None  # a connection: TCP, TLS, an upstream proxy's CONNECT
+    head: float | None  # from the start to the answer's head (for a stream, or its first output if sooner)
+    head_waits_for: str  # what `head` waits for, as its message says
+    error_body: float | None  # an error answer's body, once its head arrived
+    whole: float | None  # a whole answer, from the start to its last byte
+    first_output: float | None  # a stream's first output, from the start
+    quiet_staged: float | None  # silence while a stream is staged
+    quiet_after_output: float | None  # silence once output went to the client
+
+    @classmethod
+    def of(cls, settings: AttemptSettings, *, streams: bool, started: float) -> Deadlines:
+        if streams:
+            bounds = [t for t in (settings.headers_timeout_s, settings.first_output_timeout_s) if t > 0]
+            head = min(bounds) if bounds else None
+            waits_for = "output" if head and head == settings.first_output_timeout_s else "response headers"
+        else:
+            head = _bound(settings.request_timeout_s)  # the whole answer, headers included
+            waits_for = "complete answer"
+        return cls(
+            started=started,
+            connect=_bound(settings.connect_timeout_s),
+            head=head,
+            head_waits_for=waits_for,
+            error_body=_bound(settings.headers_timeout_s or settings.request_timeout_s),
+            whole=_bound(settings.request_timeout_s),
+            first_output=_bound(settings.first_output_timeout_s),
+            quiet_staged=_bound(settings.request_timeout_s),
+            quiet_after_output=_bound(settings.idle_timeout_s),
+        )
+
+    @property
+    def whole_by(self) -> float | None:
+        """When a whole answer must have ended (monotonic), if ever."""
+        return self.started + self.whole if self.whole is not None else None
+
+    @property
+    def first_output_by(self) -> float | None:
+        """When a stream's first output must have come (monotonic), if ever."""
+        return self.started + self.first_output if self.first_output is not None else None
+
+    def staged_wait(self, now: float) -> float | None:
+        """How long a staged stream may stay quiet from `now`: its silence bound, or
+        what is left until its first output is due, whichever is sooner."""
+        wait = self.quiet_staged
+        due = self.first_output_by
+        if due is not None:
+            left = max(0.0, due - now)
+            wait = left if wait is None else min(wait, left)
+        return wait
+
+    # --- what each timeout says ---------------------------------------------------
+
+    def no_connection(self) -> ErrorInfo:
+        return _timed_out(f"no connection within {self.connect or 0:g}s")
+
+    def no_head(self) -> ErrorInfo:
+        limit = f"{self.head:g}s" if self.head else "the time limit"
+        return _timed_out(f"no {self.head_waits_for} within {limit}")
+
+    def incomplete(self) -> ErrorInfo:
+        return _timed_out(f"no complete answer within {self.whole or 0:g}s")
+
+    def silent_while_staged(self, now: float) -> ErrorInfo:
+        """A staged stream's bound passed: its silence, or its first output's due time."""
+        due = self.first_output_by
+        if due is None or now < due:
+            return _timed_out(f"nothing for {self.quiet_staged or 0:g}s")
+        return _timed_out(f"no output within {self.first_output or 0:g}s")
+
+    def stalled_message(self) -> str:
+        return f"upstream sent nothing for {self.quiet_after_output or 0:g}s after output"

@@ -1,0 +1,62 @@
+"""Each attempt's time bounds, decided once from the route's settings and whether
+the client streams, and the message each timeout gives the client and the log."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from switchyard_core.attempts.deadlines import Deadlines
+from switchyard_core.rules import AttemptSettings
+
+SETTINGS = AttemptSettings()  # connect 10, headers 30, first output off, request 600, idle 60
+
+
+def test_a_stream_waits_for_its_head_then_for_silence_and_never_for_its_whole_length() -> None:
+    d = Deadlines.of(SETTINGS, streams=True, started=100.0)
+    assert (d.connect, d.head, d.head_waits_for) == (10.0, 30.0, "response headers")
+    assert (d.quiet_staged, d.quiet_after_output, d.first_output_by) == (600.0, 60.0, None)
+    assert d.staged_wait(now=150.0) == 600.0
+    assert d.no_head().message == "no response headers within 30s"
+    assert d.silent_while_staged(now=800.0).message == "nothing for 600s"
+    assert d.stalled_message() == "upstream sent nothing for 60s after output"
+
+
+def test_a_first_output_bound_sooner_than_the_head_bound_is_what_the_head_waits_for() -> None:
+    d = Deadlines.of(replace(SETTINGS, first_output_timeout_s=5.0), streams=True, started=100.0)
+    assert (d.head, d.head_waits_for, d.first_output_by) == (5.0, "output", 105.0)
+    assert d.no_head().message == "no output within 5s"
+    # staged: silence is bounded by what is left until output is due
+    assert d.staged_wait(now=103.0) == pytest.approx(2.0)
+    assert d.staged_wait(now=110.0) == 0.0
+    assert d.silent_while_staged(now=104.0).message == "nothing for 600s"
+    assert d.silent_while_staged(now=105.0).message == "no output within 5s"
+
+
+def test_a_whole_answer_is_bounded_from_the_start_to_its_last_byte() -> None:
+    d = Deadlines.of(SETTINGS, streams=False, started=100.0)
+    assert (d.head, d.head_waits_for, d.whole_by) == (600.0, "complete answer", 700.0)
+    assert d.no_head().message == "no complete answer within 600s"
+    assert d.incomplete().message == "no complete answer within 600s"
+
+
+def test_zero_is_no_bound() -> None:
+    off = replace(SETTINGS, connect_timeout_s=0, headers_timeout_s=0, request_timeout_s=0, idle_timeout_s=0)
+    d = Deadlines.of(off, streams=True, started=0.0)
+    assert (d.connect, d.head, d.quiet_staged, d.quiet_after_output, d.whole_by) == (None, None, None, None, None)
+    assert d.staged_wait(now=1e9) is None
+    assert d.no_head().message == "no response headers within the time limit"
+
+
+def test_an_error_body_gets_the_head_bound_else_the_whole_answers() -> None:
+    assert Deadlines.of(SETTINGS, streams=True, started=0).error_body == 30.0
+    no_head = replace(SETTINGS, headers_timeout_s=0)
+    assert Deadlines.of(no_head, streams=True, started=0).error_body == 600.0
+
+
+def test_every_timeout_is_a_retryable_504() -> None:
+    d = Deadlines.of(SETTINGS, streams=True, started=0.0)
+    for info in (d.no_connection(), d.no_head(), d.incomplete(), d.silent_while_staged(now=0.0)):
+        assert (info.status, info.event_type, info.retryable_hint) == (504, "timeout", True)
+    assert d.no_connection().message == "no connection within 10s"
