@@ -181,3 +181,47 @@ def test_http2_client_gets_the_fallback_stream_byte_for_byte(tls: TlsSetup) -> N
     body, _, version = done.stdout.rpartition(b"\nversion=")
     assert version == b"2", done.stderr
     assert body == b"".join(wire.chat_stream(wire.answer_text("backup")))
+
+
+CONNECT_ADDON = '''
+def http_connect_upstream(flow):
+    flow.request.headers["X-Tunnel-Tag"] = "from-an-addon"
+'''
+
+
+def test_https_through_an_upstream_proxy_tunnels_with_the_connect_mitmproxys_hook_made(
+        tls: TlsSetup, tmp_path: Path) -> None:
+    """The relay's CONNECT is built as mitmproxy builds its own and passes through its
+    `http_connect_upstream` hook: mitmproxy's `upstream_auth` and any addon's header apply."""
+    from tests.support.tunnel import TunnelProxy
+
+    addon = tmp_path / "tag_connect.py"
+    addon.write_text(CONNECT_ADDON)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(f"""\
+version: 1
+defaults: {{backoff_ms: 1, pre_answer_keepalive_s: 0}}
+routes:
+  - name: chat
+    match: {{path: /primary/v1/chat/completions}}
+    upstreams:
+      - {{name: primary, url: original}}
+""")
+    tls.provider.reset()
+    with TunnelProxy() as proxy:
+        dump = start_mitmdump(rules, tmp_path / "mitmdump.log", mode=f"upstream:{proxy.url}",
+                              extra_args=["--set", f"ssl_verify_upstream_trusted_ca={tls.upstream_ca}",
+                                          "--set", "upstream_auth=corp:hunter22", "-s", str(addon)])
+        try:
+            client = TlsSetup(tls.provider, dump, tls.upstream_ca).client()
+            assert stream_text(client) == wire.answer_text("primary")
+        finally:
+            dump.stop()
+    assert [c.upstream for c in tls.provider.calls] == ["primary"]
+    relay_connects = [h for h in proxy.heads if b"x-tunnel-tag" in h.lower()]
+    assert relay_connects, proxy.heads
+    head = relay_connects[-1].decode()
+    assert head.startswith(f"CONNECT 127.0.0.1:{tls.tls_port} HTTP/1.1\r\n")
+    assert f"Host: 127.0.0.1:{tls.tls_port}\r\n" in head
+    assert "Proxy-Authorization: Basic Y29ycDpodW50ZXIyMg==\r\n" in head  # corp:hunter22, by mitmproxy's UpstreamAuth
+    assert "X-Tunnel-Tag: from-an-addon\r\n" in head

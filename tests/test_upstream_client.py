@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import brotli
 import pytest
+from mitmproxy import http
 
 from switchyard_core.upstreams.client import UpstreamClient
 from switchyard_core.upstreams.connection import UpstreamAnswer
@@ -762,6 +763,67 @@ async def test_http_through_an_upstream_proxy_uses_absolute_form_with_credential
         assert headers["proxy-authorization"] == "Basic dXNlcjpwdw=="
         assert headers["host"] == f"127.0.0.1:{target_port}"
         assert sent == b'{"a":1}'
+
+
+def test_a_malformed_upstream_auth_is_refused_not_ignored() -> None:
+    from mitmproxy.exceptions import OptionsError
+
+    with pytest.raises(OptionsError, match="Invalid upstream auth specification"):
+        UpstreamClient(proxy="http://127.0.0.1:1", proxy_auth="no-colon")
+
+
+async def test_https_through_an_upstream_proxy_sends_the_connect_mitmproxy_would() -> None:
+    """Without mitmproxy's hook (no master), the CONNECT carries `upstream_auth` itself."""
+    async with Server(answering(response("407 Proxy Authentication Required"))) as proxy:
+        client = UpstreamClient(proxy=f"http://127.0.0.1:{proxy.port}", proxy_auth="user:pw")
+        try:
+            with pytest.raises(ConnectionRefusedError, match=r"refused CONNECT \(status 407\)"):
+                await open_answer(client, "https://[::1]:8443/v1/chat/completions")
+        finally:
+            client.close()
+    assert proxy.requests == [b"CONNECT [::1]:8443 HTTP/1.1\r\nHost: [::1]:8443\r\n"
+                              b"Proxy-Authorization: Basic dXNlcjpwdw==\r\n\r\n"]
+
+
+async def test_the_connect_is_what_mitmproxys_hook_made_of_it() -> None:
+    seen: list[http.HTTPFlow] = []
+
+    async def hook(flow: http.HTTPFlow) -> None:
+        seen.append(flow)
+        flow.request.headers["Proxy-Authorization"] = "Bearer from-the-hook"
+
+    async with Server(answering(response("403 Forbidden"))) as proxy:
+        client = UpstreamClient(proxy=f"http://127.0.0.1:{proxy.port}", proxy_auth="user:pw", connect_hook=hook,
+                                connect_host_header=False)
+        try:
+            with pytest.raises(ConnectionRefusedError):
+                await open_answer(client, "https://api.example.com/v1/chat/completions")
+        finally:
+            client.close()
+    assert proxy.requests == [b"CONNECT api.example.com:443 HTTP/1.1\r\nProxy-Authorization: Bearer from-the-hook\r\n\r\n"]
+    (flow,) = seen
+    assert (flow.request.method, flow.request.authority, flow.server_conn.address) == (
+        "CONNECT", "api.example.com:443", ("api.example.com", 443))
+
+
+@pytest.mark.parametrize("reply", [
+    pytest.param(b"HTTP/1.1 abc OK\r\n\r\n", id="no-status-code"),
+    pytest.param(b"not a status line\r\n\r\n", id="no-status-line"),
+    pytest.param(b"HTTP/1.1 200 OK\r\n\r\nhello", id="bytes-before-tls"),
+])
+async def test_a_malformed_reply_to_connect_is_a_transport_failure(reply: bytes) -> None:
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(reply)
+        await peer.wait_closed_by_client()
+
+    async with Server(handle) as proxy:
+        client = UpstreamClient(proxy=f"http://127.0.0.1:{proxy.port}")
+        try:
+            with pytest.raises(ConnectionBroke, match="malformed reply from the upstream proxy"):
+                await open_answer(client, "https://api.example.com/v1/chat/completions")
+        finally:
+            client.close()
 
 
 async def test_gzip_with_several_members_is_decoded_whole(client: UpstreamClient) -> None:

@@ -29,6 +29,7 @@ from ..relay.connection import reason_phrase
 from ..relay import mitmproxy_reader
 from ..relay.mitmproxy_reader import relay_streams
 from ..upstreams import UpstreamClient
+from ..upstreams.client import ConnectHook
 from ..upstreams.messages import redact_query
 from .destination import destination, named_url
 from .flow_story import DisplayCopy, annotate, restore, show_attempts
@@ -36,7 +37,8 @@ from .rules_keeper import RulesKeeper
 from . import streaming_note
 from .streaming_note import StreamingNoteDeferral
 
-UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth"}
+UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth",
+                    "http_connect_send_host_header"}
 
 # Routed flows not yet answered, by flow id.  Module-level, not the Router's: when
 # mitmproxy reloads the script (its file changed) it makes a new Router, and the
@@ -56,6 +58,17 @@ def _proxy_of(server: connection.Server) -> str | None:
     scheme, (host, port) = server.via
     host = f"[{host}]" if ":" in host else host
     return f"{scheme}://{host}:{port}"
+
+
+def _connect_upstream_hook() -> ConnectHook:
+    hook = hooks.all_hooks["http_connect_upstream"]
+
+    async def run(flow: http.HTTPFlow) -> None:
+        """mitmproxy's own `http_connect_upstream`: its UpstreamAuth addon (or any
+        other addon) sets the CONNECT's credentials, as for mitmproxy's own tunnels."""
+        await ctx.master.addons.handle_lifecycle(hook(flow))
+
+    return run
 
 
 class Router:
@@ -84,8 +97,12 @@ class Router:
     def configure(self, updated: set[str]) -> None:
         if "switchyard_direct_relay" in updated:
             self._direct = ctx.options.switchyard_direct_relay
-        if self.relay is not None and updated & UPSTREAM_OPTIONS:
-            self.relay.replace_client(self._upstream_client())
+        if updated & UPSTREAM_OPTIONS:
+            client = self._upstream_client()  # a malformed upstream_auth is refused here (OptionsError)
+            if self.relay is not None:
+                self.relay.replace_client(client)
+            else:
+                client.close()
 
     def _upstream_client(self) -> UpstreamClient:
         """The relay's upstream side honours mitmproxy's own upstream settings."""
@@ -95,6 +112,8 @@ class Router:
             ca_dir=ctx.options.ssl_verify_upstream_trusted_confdir,
             # defined by mitmproxy's UpstreamAuth addon, absent where that is not loaded
             proxy_auth=ctx.options.upstream_auth if "upstream_auth" in ctx.options else None,
+            connect_hook=_connect_upstream_hook(),
+            connect_host_header=ctx.options.http_connect_send_host_header,
         )
 
     # `running` and `done` are synchronous: mitmproxy calls them so when it loads the

@@ -3,25 +3,36 @@ origin and reused.
 
 TLS is verified as mitmproxy verifies it (its trusted-CA options, else
 certifi); an upstream proxy (mitmproxy's upstream mode) gets absolute-form
-requests for http and a CONNECT for https, with Basic proxy credentials.  It
-never follows redirects: the relay forwards answers as they are.  It never
-reads proxy settings from the environment: the user's HTTPS_PROXY usually
-points at mitmproxy itself.
+requests for http, with mitmproxy's `upstream_auth` as Basic credentials, and a
+CONNECT for https, built as mitmproxy builds its own and passed through
+mitmproxy's `http_connect_upstream` hook (where its UpstreamAuth addon, or any
+other, sets the credentials).  It never follows redirects: the relay forwards
+answers as they are.  It never reads proxy settings from the environment: the
+user's HTTPS_PROXY usually points at mitmproxy itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import ipaddress
 import ssl
+import time
+from collections.abc import Awaitable, Callable
 from typing import cast
 from urllib.parse import SplitResult, urlsplit
 
 import certifi
+from mitmproxy import connection, http
+from mitmproxy.addons.upstream_auth import parse_upstream_auth
+from mitmproxy.net.http import http1
+from mitmproxy.proxy.mode_specs import ProxyMode
 
 from .connection import Key, UpstreamAnswer, UpstreamConnection
 from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest
 from .pool import ConnectionPool
+
+ConnectHook = Callable[[http.HTTPFlow], Awaitable[None]]
+"""Runs mitmproxy's `http_connect_upstream` hook on a CONNECT about to be sent."""
 
 
 class UpstreamClient:
@@ -35,21 +46,29 @@ class UpstreamClient:
         ca_dir: str | None = None,
         proxy: str | None = None,
         proxy_auth: str | None = None,
+        connect_hook: ConnectHook | None = None,
+        connect_host_header: bool = True,
     ) -> None:
+        """`proxy_auth`: `user:password`, as mitmproxy's `upstream_auth` (a malformed one
+        raises mitmproxy's OptionsError).  `connect_hook`: mitmproxy's hook for a
+        CONNECT; without one, a CONNECT carries `proxy_auth` itself."""
         self._verify = verify
         self._ca_file = ca_file
         self._ca_dir = ca_dir
         self._proxy: SplitResult | None = urlsplit(proxy) if proxy else None
+        self._proxy_url = proxy
         self._proxy_credentials = proxy_auth
-        self._proxy_auth = ("Basic " + base64.b64encode(proxy_auth.encode()).decode()
-                            if proxy_auth and ":" in proxy_auth else None)
+        self._proxy_auth = parse_upstream_auth(proxy_auth).decode() if proxy_auth else None
+        self._connect_hook = connect_hook
+        self._connect_host_header = connect_host_header
         self._tls_context: ssl.SSLContext | None = None
         self._pool = ConnectionPool()
 
     def via(self, proxy: str) -> "UpstreamClient":
         """A client with the same settings that goes through `proxy` (an upstream-mode proxy)."""
         return UpstreamClient(verify=self._verify, ca_file=self._ca_file, ca_dir=self._ca_dir, proxy=proxy,
-                              proxy_auth=self._proxy_credentials)
+                              proxy_auth=self._proxy_credentials, connect_hook=self._connect_hook,
+                              connect_host_header=self._connect_host_header)
 
     def _tls(self) -> ssl.SSLContext:
         """Verify upstreams as mitmproxy does: its trusted CA options, else certifi's bundle."""
@@ -118,8 +137,7 @@ class UpstreamClient:
                                                  server_hostname=self._proxy.hostname if proxy_tls else None)
                     assert connection is not None
                     if tls is not None:
-                        await connection.tunnel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
-                                                self._proxy_auth)
+                        await connection.tunnel(await self._connect_request(host, port))
                         assert connection.transport is not None
                         transport = await loop.start_tls(connection.transport, connection, tls, server_hostname=name)
                         connection.transport = cast(asyncio.Transport, transport)
@@ -133,6 +151,33 @@ class UpstreamClient:
             raise
         assert connection is not None
         return connection
+
+    async def _connect_request(self, host: str, port: int) -> bytes:
+        """The CONNECT for `host:port`, as mitmproxy would send it, after its hook."""
+        assert self._proxy is not None and self._proxy_url is not None
+        try:
+            bracketed = isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address)
+        except ValueError:
+            bracketed = False
+        authority = (f"[{host}]".encode() if bracketed else host.encode("idna")) + f":{port}".encode()
+        headers = http.Headers()
+        if self._connect_host_header:
+            headers.insert(0, b"Host", authority)
+        now = time.time()
+        request = http.Request(host, port, b"CONNECT", b"", authority, b"", b"HTTP/1.1", headers, b"", None, now, now)
+        if self._connect_hook is None:
+            if self._proxy_auth:
+                request.headers["Proxy-Authorization"] = self._proxy_auth
+            return http1.assemble_request(request)
+        proxy_address = (self._proxy.hostname or "", self._proxy.port or 8080)
+        flow = http.HTTPFlow(
+            connection.Client(peername=("127.0.0.1", 0), sockname=("127.0.0.1", 0),
+                              proxy_mode=ProxyMode.parse(f"upstream:{self._proxy_url}")),
+            connection.Server(address=(host, port), via=("http", proxy_address)),
+        )
+        flow.request = request
+        await self._connect_hook(flow)
+        return http1.assemble_request(flow.request)
 
     @property
     def idle_connections(self) -> int:

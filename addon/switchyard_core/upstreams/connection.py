@@ -20,6 +20,8 @@ import re
 from typing import Protocol
 
 import httptools
+from mitmproxy import http
+from mitmproxy.net.http import http1, validate
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from .body import Body
@@ -28,6 +30,8 @@ from .messages import ConnectionBroke
 
 CONNECT_REPLY_LIMIT = 64 * 1024
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: what a header name may be
+_HEAD_END = re.compile(rb"\r?\n\r?\n")  # where a reply's head ends, as mitmproxy finds it
+_LINE_END = re.compile(rb"\r?\n")
 Key = tuple[str, str, int, str]  # scheme, host, port, TLS name: what a pooled connection can be reused for
 
 
@@ -70,6 +74,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._tunnel: asyncio.Future[int] | None = None  # a CONNECT in progress
         self._tunnel_reply = b""
         self._method = ""
+        self._request: http.Request | None = None  # the request in flight, as mitmproxy's framing rules read it
+        self._keep_alive = False  # the answer lets the connection be reused
         self._headers: list[tuple[str, str]] = []
         self._pieces: list[bytes] = []  # body bytes of the read being parsed
         self._answer: UpstreamAnswer | None = None
@@ -132,7 +138,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._headers.append((name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")))
 
     def on_headers_complete(self) -> None:
-        assert self._parser is not None
+        assert self._parser is not None and self._request is not None
         if self._complete or self._head is None:  # a second answer to one request
             self._broke("upstream sent more than one answer")
             return
@@ -141,14 +147,28 @@ class UpstreamConnection(asyncio.Protocol):
             self._headers = []
             return
         headers = CIMultiDictProxy(CIMultiDict(self._headers))
+        # how the body is framed and whether the connection lives on, decided as mitmproxy
+        # decides them (llhttp only reads the bytes)
+        head = http.Response(b"HTTP/" + self._parser.get_http_version().encode(), status, b"",
+                             http.Headers([(k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
+                                           for k, v in self._headers]), None, None, 0.0, None)
         transfer = headers.get("transfer-encoding", "")
-        self._until_close = ("chunked" not in transfer.lower()
-                             and "content-length" not in headers and status not in (204, 304))
-        if any(coding.strip().lower() not in ("", "chunked", "identity") for coding in transfer.split(",")):
+        try:
+            coding: str | None = validate.parse_transfer_encoding(transfer) if transfer else "identity"
+        except ValueError:
+            coding = None
+        if coding not in ("chunked", "identity"):
             # `gzip, chunked`: llhttp undoes the chunks only, and nobody asked for the rest
             self._broke(f"upstream answered with Transfer-Encoding {transfer.strip()[:40]!r}, "
                         "which Switchyard cannot read")
             return
+        try:
+            size = http1.expected_http_body_size(self._request, head)
+        except ValueError:
+            self._broke("malformed HTTP response")
+            return
+        self._until_close = size == -1
+        self._keep_alive = not http1.connection_close(head.http_version, head.headers)
         try:
             self._decoder = decoder_for(headers.get("content-encoding", ""))
         except UnsupportedCoding as exc:
@@ -201,8 +221,7 @@ class UpstreamConnection(asyncio.Protocol):
                 self._broke("malformed compressed body")
                 return
         self._complete = True
-        reusable = (self._parser is not None and self._parser.should_keep_alive() and not self._until_close
-                    and self._method != "HEAD")
+        reusable = self._parser is not None and self._keep_alive and not self._until_close and self._method != "HEAD"
         answer.body.end()
         if reusable:
             self.pool.release(self)
@@ -220,6 +239,9 @@ class UpstreamConnection(asyncio.Protocol):
         parser.set_dangerous_leniencies(lenient_optional_cr_before_lf=True, lenient_spaces_after_chunk_size=True,
                                         lenient_headers=True)
         self._method = method
+        self._request = http.Request("", 0, method.encode(), b"", b"", b"", b"HTTP/1.1", http.Headers(), None, None,
+                                     0.0, None)
+        self._keep_alive = False
         self._headers = []
         self._pieces = []
         self._answer = None
@@ -233,17 +255,17 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport.write(head + body)
         return self._head
 
-    async def tunnel(self, authority: str, proxy_auth: str | None) -> None:
-        """CONNECT through the upstream proxy; TLS to the upstream starts after it."""
+    async def tunnel(self, connect: bytes) -> None:
+        """Send `connect` (a CONNECT) to the upstream proxy; TLS to the upstream starts
+        after a 2xx, which is read as mitmproxy reads its own."""
         assert self.transport is not None
         self._tunnel = asyncio.get_running_loop().create_future()
-        auth = f"Proxy-Authorization: {proxy_auth}\r\n" if proxy_auth else ""
-        self.transport.write(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{auth}\r\n".encode())
+        self.transport.write(connect)
         try:
             status = await self._tunnel
         finally:
             self._tunnel = None
-        if status != 200:
+        if not 200 <= status < 300:
             raise ConnectionRefusedError(f"upstream proxy refused CONNECT (status {status})")
 
     def _tunnel_data(self, data: bytes) -> None:
@@ -251,20 +273,20 @@ class UpstreamConnection(asyncio.Protocol):
         if self._tunnel.done():
             return  # already decided (a bad reply): the rest is not read
         self._tunnel_reply += data
-        head, sep, rest = self._tunnel_reply.partition(b"\r\n\r\n")
-        if not sep:
+        end = _HEAD_END.search(self._tunnel_reply)
+        if end is None:
             if len(self._tunnel_reply) > CONNECT_REPLY_LIMIT:
                 self._tunnel.set_exception(ConnectionBroke("malformed reply from the upstream proxy"))
             return
-        if rest:  # the upstream's TLS cannot start before we speak: this is not a proxy
+        if end.end() < len(self._tunnel_reply):  # the upstream's TLS cannot start before we speak: no proxy
             self._tunnel.set_exception(ConnectionBroke("malformed reply from the upstream proxy"))
             return
-        parts = head.split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        try:
+            reply = http1.read_response_head(_LINE_END.split(self._tunnel_reply[:end.start()]))
+        except ValueError:
             self._tunnel.set_exception(ConnectionBroke("malformed reply from the upstream proxy"))
             return
-        if not self._tunnel.done():
-            self._tunnel.set_result(int(parts[1]))
+        self._tunnel.set_result(reply.status_code)
 
     def abandon(self, answer: UpstreamAnswer) -> None:
         if self._answer is answer and not self._complete:
