@@ -2,13 +2,18 @@
 
 Its only client is mitmproxy, so it is a small asyncio protocol rather than a
 web framework: httptools parses the request, and each write of the answer is
-one chunk on the transport, made in whatever callback produced the bytes
-(issue 6: the relay's per-frame cost is what a user pays on every token).
+one chunk on the transport, made in whatever callback produced the bytes (the
+relay's cost per frame is what a user pays on every token).
+
+The connection (`RelayConnection`, with a `State`) lives as long as mitmproxy
+keeps it; each request on it is one exchange, answered by its own
+`RelayAnswer`, the attempt loop's `ClientSink` for that exchange.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Callable
 from http import HTTPStatus
@@ -57,49 +62,48 @@ class Server(Protocol):
 
     connections: set[RelayConnection]
 
-    async def serve(self, token: str, sink: RelayConnection) -> None: ...
+    async def serve(self, token: str, sink: RelayAnswer) -> None: ...
+
+
+class State(enum.Enum):
+    """A relay connection's life."""
+
+    IDLE = "idle"  # waiting for mitmproxy's next request (closed after IDLE_CLOSE_S)
+    RECEIVING = "receiving"  # a request has begun (it must be complete within REQUEST_READ_S)
+    ANSWERING = "answering"  # its exchange is being served
+    CLOSED = "closed"
 
 
 class RelayConnection(asyncio.Protocol):
-    """One connection from mitmproxy.  Each request on it is one exchange; the
-    connection is also the attempt loop's `ClientSink` for that exchange's answer."""
+    """One connection from mitmproxy, across the requests mitmproxy sends on it."""
 
     def __init__(self, relay: Server) -> None:
         self.relay = relay
+        self.state = State.IDLE
         self.transport: asyncio.Transport | None = None
+        self.paused = False  # the transport's buffer is full: mitmproxy is not reading
         self._parser = httptools.HttpRequestParser(self)
         # header values as mitmproxy passes them on (a control character in one is the
         # client's business); only the token is read from them
         self._parser.set_dangerous_leniencies(lenient_headers=True)
         self._token = ""
+        self._timer: asyncio.TimerHandle | None = None  # closes the connection if nothing completes in time
+        self._answer: RelayAnswer | None = None  # the current request's, while it is served
         self._task: asyncio.Task[None] | None = None
-        self._idle: asyncio.TimerHandle | None = None  # closes the connection if nothing completes in time
-        self._reading = False  # a request has begun and not yet ended
-        self._paused = False  # the transport's buffer is full: mitmproxy is not reading
-        self._producer: Body | None = None
-        self._sent = False
-        self._chunked = False
-        self._aborted = False
-        self._bodiless = False
-        self._head: asyncio.Future[AnswerHead] | None = None  # the real head, for the Router's hook
-        self._line: DirectLine | None = None  # this exchange's answer goes to mitmproxy in-process
-        self._send: Callable[[bytes], object] = _nowhere  # where the answer's bytes go: the socket or the line
 
     # --- asyncio's side ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a TCP server's transports are
-        self._send = self.transport.write
         self.relay.connections.add(self)
-        self._idle_for(IDLE_CLOSE_S)
+        self._close_after(IDLE_CLOSE_S)
 
     def data_received(self, data: bytes) -> None:
-        if self._idle is not None and not self._reading:
+        if self.state is State.IDLE:
             # a request began: it must also end, or the connection goes (never
             # a slow trickle holding it open)
-            self._idle.cancel()
-            self._reading = True
-            self._idle_for(REQUEST_READ_S)
+            self.state = State.RECEIVING
+            self._close_after(REQUEST_READ_S)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -111,23 +115,25 @@ class RelayConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.relay.connections.discard(self)
-        self._send = _nowhere
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
+        self.state = State.CLOSED
+        self._cancel_timer()
+        answer = self._answer
+        if answer is not None:
+            answer.detach()
         if self._task is not None and not self._task.done():
             self._task.cancel()  # mitmproxy gave up on the flow: the client left
-        self._decide(_NO_RESPONSE)  # never leave the Router's hook waiting
+        if answer is not None:
+            answer.decide(_NO_RESPONSE)  # never leave the Router's hook waiting
 
     def pause_writing(self) -> None:
-        self._paused = True
-        if self._producer is not None and self._line is None:
-            self._producer.hold(True)
+        self.paused = True
+        if self._answer is not None:
+            self._answer.flow_control(True)
 
     def resume_writing(self) -> None:
-        self._paused = False
-        if self._producer is not None and self._line is None:
-            self._producer.hold(False)
+        self.paused = False
+        if self._answer is not None:
+            self._answer.flow_control(False)
 
     # --- httptools' callbacks ----------------------------------------------------------
 
@@ -143,50 +149,100 @@ class RelayConnection(asyncio.Protocol):
         if self._task is not None:  # mitmproxy does not pipeline; anything else is not mitmproxy
             self.abort()
             return
-        self._reading = False
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
-        self._sent = self._chunked = self._aborted = False
-        self._bodiless = self._parser.get_method() == b"HEAD"  # an answer to HEAD has a head only
-        self._head = None
-        task = asyncio.get_running_loop().create_task(self._serve(self._token))
+        assert self.transport is not None
+        self._cancel_timer()
+        self.state = State.ANSWERING
+        # an answer to HEAD has a head only
+        answer = self._answer = RelayAnswer(self, self.transport, bodiless=self._parser.get_method() == b"HEAD")
+        task = asyncio.get_running_loop().create_task(self._serve(self._token, answer))
         # mitmproxy's loop runs new tasks eagerly: a short answer (a 403) may be
         # served, and `_serve` finished, before create_task returns
         self._task = None if task.done() else task
 
-    async def _serve(self, token: str) -> None:
+    async def _serve(self, token: str, answer: RelayAnswer) -> None:
         try:
-            await self.relay.serve(token, self)
+            await self.relay.serve(token, answer)
         finally:
-            self._decide(_NO_RESPONSE)  # whatever happened, the Router's hook must not wait on
+            answer.finish()
             self._task = None
-            self._producer = None
-            if self._line is not None:
-                self._line.close()
-                self._line = None
+            self._answer = None
             if self.transport is not None and not self.transport.is_closing():
-                self._send = self.transport.write
-                self._idle_for(IDLE_CLOSE_S)
+                self.state = State.IDLE
+                self._close_after(IDLE_CLOSE_S)
             else:
-                self._send = _nowhere
+                self.state = State.CLOSED
 
-    def _idle_for(self, seconds: float) -> None:
+    def _close_after(self, seconds: float) -> None:
         assert self.transport is not None
-        self._idle = asyncio.get_running_loop().call_later(seconds, self.transport.close)
+        self._cancel_timer()
+        self._timer = asyncio.get_running_loop().call_later(seconds, self.transport.close)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def abort(self) -> None:
+        """Drop the connection at once; an answer in progress is cut."""
+        if self._answer is not None:
+            self._answer.abort()
+        elif self.transport is not None:
+            self.transport.abort()
+
+
+class RelayAnswer:
+    """One exchange's answer on its relay connection: the attempt loop's `ClientSink`."""
+
+    __slots__ = ("_connection", "_transport", "_bodiless", "_sent", "_chunked", "_aborted", "_head", "_line",
+                 "_producer", "_send")
+
+    def __init__(self, connection: RelayConnection, transport: asyncio.Transport, *, bodiless: bool) -> None:
+        self._connection = connection
+        self._transport = transport
+        self._bodiless = bodiless
+        self._sent = False
+        self._chunked = False
+        self._aborted = False
+        self._head: asyncio.Future[AnswerHead] | None = None  # the real head, for the Router's hook
+        self._line: DirectLine | None = None  # the answer goes to mitmproxy in-process
+        self._producer: Body | None = None
+        self._send: Callable[[bytes], object] = transport.write  # where the bytes go: the socket or the line
+
+    # --- the connection's side ---------------------------------------------------------
+
+    def flow_control(self, paused: bool) -> None:
+        """mitmproxy stopped (or resumed) reading the socket."""
+        if self._producer is not None and self._line is None:
+            self._producer.hold(paused)
+
+    def detach(self) -> None:
+        """The connection is gone: nothing more can be sent."""
+        self._send = _nowhere
+
+    def decide(self, head: AnswerHead) -> None:
+        if self._head is not None and not self._head.done():
+            self._head.set_result(head)
+
+    def finish(self) -> None:
+        """The exchange is over, however it went."""
+        self.decide(_NO_RESPONSE)  # the Router's hook must not wait on
+        self._producer = None
+        if self._line is not None:
+            self._line.close()
+            self._line = None
 
     # --- the attempt loop's ClientSink -------------------------------------------------
 
     def go_direct(self, exchange: Exchange) -> bool:
         """Before the answer's first byte: hand it to mitmproxy in-process if it can be."""
-        if exchange.mitmproxy_streams is None or self.transport is None:
+        if exchange.mitmproxy_streams is None:
             return False
         try:
             streams = exchange.mitmproxy_streams()
         except (AttributeError, KeyError, TypeError) as exc:  # mitmproxy's structures moved under us
             observe.emit(logging.WARNING, "switchyard.direct_line_unavailable", error=f"{type(exc).__name__}: {exc}")
             return False
-        self._line = DirectLine.connect(streams, self.transport)
+        self._line = DirectLine.connect(streams, self._transport)
         if self._line is None:
             return False
         self._send = self._line.write
@@ -198,20 +254,16 @@ class RelayConnection(asyncio.Protocol):
         self._chunked = True
         self._send(_PROVISIONAL_HEAD)
 
-    def _decide(self, head: AnswerHead) -> None:
-        if self._head is not None and not self._head.done():
-            self._head.set_result(head)
-
     @property
     def headers_sent(self) -> bool:
         return self._sent
 
     def start(self, status: int, headers: list[tuple[str, str]]) -> None:
-        """A streamed answer, chunked.  (Delimiting it by closing the connection, or
-        announcing `Connection: close`, measured ~3 ms slower to first byte.)"""
+        """A streamed answer, chunked (delimiting it by closing the connection, or
+        announcing `Connection: close`, would slow the first byte)."""
         self._sent = True
         if self._head is not None:
-            self._decide(AnswerHead(status, tuple(headers), streamed=True))
+            self.decide(AnswerHead(status, tuple(headers), streamed=True))
             return
         self._chunked = True
         self._send(_head(status, [*headers, ("Transfer-Encoding", "chunked")]))
@@ -230,7 +282,7 @@ class RelayConnection(asyncio.Protocol):
         sized = not (self._bodiless or status in (204, 304))
         framing = [("Content-Length", str(len(body)))] if sized else []
         if self._head is not None:
-            self._decide(AnswerHead(status, (*headers, *framing), streamed=False))
+            self.decide(AnswerHead(status, (*headers, *framing), streamed=False))
             if sized:
                 self.write(body)
             return
@@ -242,21 +294,20 @@ class RelayConnection(asyncio.Protocol):
         self._producer = producer
         if self._line is not None:
             self._line.pace(producer)
-        elif producer is not None and self._paused:
+        elif producer is not None and self._connection.paused:
             producer.hold(True)
 
     def abort(self) -> None:
         """End the answer without a clean end: the client must see it was cut."""
         self._aborted = True
-        self._decide(_NO_RESPONSE)
+        self.decide(_NO_RESPONSE)
         if self._line is not None:
             self._line.cut()  # what it wrote is in mitmproxy's reader, ahead of the end
-        if self.transport is not None:
-            self.transport.abort()
+        self._transport.abort()
 
     def end(self) -> None:
-        if self._aborted or self.transport is None or self.transport.is_closing():
-            self._decide(_NO_RESPONSE)
+        if self._aborted or self._transport.is_closing():
+            self.decide(_NO_RESPONSE)
             return
         if not self._sent:
             self.send_whole(502, [("Content-Type", "text/plain; charset=utf-8")], b"switchyard: no response\n")

@@ -28,7 +28,7 @@ from ..exchange import Exchange, OriginalRequest
 from ..faults import FaultPlan
 from ..rules import Route
 from ..upstreams.client import UpstreamClient
-from .connection import RelayConnection
+from .connection import RelayAnswer, RelayConnection
 
 RETIRE_MAX_S = 600.0  # a retired relay (the script was reloaded) stops by then whatever is in flight
 UNUSED_TOKEN_GRACE_S = 5.0  # ... and waits this long for flows it issued tokens to just before
@@ -146,7 +146,7 @@ class Relay:
         self._retired.clear()
         self._via.clear()
 
-    async def serve(self, token: str, sink: RelayConnection) -> None:
+    async def serve(self, token: str, sink: RelayAnswer) -> None:
         exchange = self._pending.pop(token, None) if token else None
         if exchange is None:
             sink.send_whole(403, [("Content-Type", "text/plain; charset=utf-8")],

@@ -2,22 +2,26 @@
 
 Why not aiohttp's client: its body reader wakes the reading task once per
 read, and for a stream of small frames that wake-up cost more CPU than all the
-rest of the relay's work (issue 6; an aiohttp relay forwarding raw bytes ran at
-~1.35x plain mitmdump's CPU).  Here `data_received` feeds httptools' parser
-(llhttp in C, the parser uvicorn uses) and the body goes to a `Body`, which
-once the attempt has committed hands each read to the gate synchronously.
+rest of the relay's work (see docs/architecture.md, "Speed").  Here
+`data_received` feeds httptools' parser (llhttp in C, the parser uvicorn uses)
+and the body goes to a `Body`, which once the attempt has committed hands each
+read to the gate synchronously.
 
+The connection (`UpstreamConnection`, with a `State`) lives across requests; each
+request's answer is read by its own `_Response`, made when the request is sent.
 One request at a time, answers read to their end before the connection is
-reused; 1xx answers skipped; gzip and deflate decoded (the only codings the
-relay asks for); a body that ends by a reset, or whose compressed stream is
-cut, never ends cleanly.  `client.py` opens, pools and reuses these.
+reused; 1xx answers skipped; the content codings of `content_coding.py`
+decoded; how a body is framed and whether the connection lives on decided as
+mitmproxy decides them; a body that ends by a reset, or whose compressed stream
+is cut, never ends cleanly.  `client.py` opens these, `pool.py` keeps them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import re
-from typing import Protocol
+from typing import Protocol, cast
 
 import httptools
 from mitmproxy import http
@@ -35,12 +39,21 @@ _LINE_END = re.compile(rb"\r?\n")
 Key = tuple[str, str, int, str]  # scheme, host, port, TLS name: what a pooled connection can be reused for
 
 
+class State(enum.Enum):
+    """A connection's life, as httpcore names it."""
+
+    NEW = "new"  # being opened: TCP, TLS, an upstream proxy's CONNECT
+    ACTIVE = "active"  # a request sent, its answer being read
+    IDLE = "idle"  # between requests, in the pool
+    CLOSED = "closed"
+
+
 class UpstreamAnswer:
     """A real upstream response as an `Answer`: status, headers, and its `Body`."""
 
     __slots__ = ("_connection", "status", "headers", "body")
 
-    def __init__(self, connection: "UpstreamConnection", status: int, headers: CIMultiDictProxy[str]) -> None:
+    def __init__(self, connection: UpstreamConnection, status: int, headers: CIMultiDictProxy[str]) -> None:
         self._connection = connection
         self.status = status
         self.headers = headers
@@ -59,61 +72,219 @@ class Pool(Protocol):
     def discard(self, connection: UpstreamConnection) -> None: ...
 
 
+class _Response:
+    """One request's answer, read off its connection by httptools' callbacks."""
+
+    __slots__ = ("connection", "parser", "method", "request", "head", "headers", "pieces", "answer", "decoder",
+                 "complete", "until_close", "keep_alive")
+
+    def __init__(self, connection: UpstreamConnection, method: str) -> None:
+        self.connection = connection
+        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        # about as forgiving as mitmproxy's own reader: bare-LF line ends in the head, a
+        # header folded onto a second line (obs-fold) or holding a control character,
+        # spaces after a chunk size; a Content-Length beside chunked it refuses too
+        self.parser.set_dangerous_leniencies(lenient_optional_cr_before_lf=True, lenient_spaces_after_chunk_size=True,
+                                             lenient_headers=True)
+        self.method = method
+        # the request as mitmproxy's framing rules read it: only its method counts
+        self.request = http.Request("", 0, method.encode(), b"", b"", b"", b"HTTP/1.1", http.Headers(), None, None,
+                                    0.0, None)
+        self.head: asyncio.Future[UpstreamAnswer] = asyncio.get_running_loop().create_future()
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.pieces: list[bytes] = []  # body bytes of the read being parsed
+        self.answer: UpstreamAnswer | None = None
+        self.decoder: Decoder | None = None
+        self.complete = False
+        self.until_close = False  # a body with neither length nor chunks: it ends when the connection does
+        self.keep_alive = False  # the answer lets the connection be reused
+
+    # --- httptools' callbacks ----------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if _TOKEN.fullmatch(name) is None:
+            # the parser's leniency is for values (a folded line); a name it let through with a
+            # space (`Transfer-Encoding : chunked`) would dodge every check of the framing
+            raise ValueError("malformed header name")  # the parser stops: "malformed HTTP response"
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        assert self.parser is not None
+        if self.complete or self.answer is not None:  # a second answer to one request
+            self.broke("upstream sent more than one answer")
+            return
+        status = self.parser.get_status_code()
+        if status < 200:  # 1xx: interim, the real answer follows
+            self.headers = []
+            return
+        fields = self.headers
+        headers = CIMultiDictProxy(CIMultiDict(
+            (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")) for name, value in fields))
+        # how the body is framed and whether the connection lives on, decided as mitmproxy
+        # decides them (llhttp only reads the bytes)
+        head = http.Response(b"HTTP/" + self.parser.get_http_version().encode(), status, b"", http.Headers(fields),
+                             None, None, 0.0, None)
+        transfer = headers.get("transfer-encoding", "")
+        try:
+            coding: str | None = validate.parse_transfer_encoding(transfer) if transfer else "identity"
+        except ValueError:
+            coding = None
+        if coding not in ("chunked", "identity"):
+            # `gzip, chunked`: llhttp undoes the chunks only, and nobody asked for the rest
+            self.broke(f"upstream answered with Transfer-Encoding {transfer.strip()[:40]!r}, "
+                       "which Switchyard cannot read")
+            return
+        try:
+            size = http1.expected_http_body_size(self.request, head)
+        except ValueError:
+            self.broke("malformed HTTP response")
+            return
+        self.until_close = size == -1
+        self.keep_alive = not http1.connection_close(head.http_version, head.headers)
+        try:
+            self.decoder = decoder_for(headers.get("content-encoding", ""))
+        except UnsupportedCoding as exc:
+            self.broke(str(exc))
+            return
+        answer = self.answer = UpstreamAnswer(self.connection, status, headers)
+        if not self.head.done():
+            self.head.set_result(answer)
+        if self.method == "HEAD":
+            self.until_close = False
+            self.on_message_complete()
+            self.parser = None  # llhttp cannot know a HEAD answer has no body; stop reading it
+
+    def on_body(self, data: bytes) -> None:
+        if self.answer is None or self.complete:
+            return
+        if self.decoder is not None:
+            try:
+                data = self.decoder.decompress(data)
+            except MalformedBody:
+                self.broke("malformed compressed body")
+                return
+        if data:
+            self.pieces.append(data)  # delivered once the whole read is parsed: one write per read
+
+    def on_message_complete(self) -> None:
+        answer = self.answer
+        if answer is None:  # the end of a 1xx
+            self.headers = []
+            return
+        if self.complete:
+            return
+        self.deliver()
+        if self.decoder is not None:
+            try:
+                answer.body.feed(self.decoder.flush())
+            except MalformedBody:
+                self.broke("malformed compressed body")
+                return
+            if not self.decoder.complete:
+                self.broke("malformed compressed body")
+                return
+        self.complete = True
+        reusable = self.parser is not None and self.keep_alive and not self.until_close and self.method != "HEAD"
+        answer.body.end()
+        self.connection.answered(reusable)
+
+    # --- the connection's side -------------------------------------------------------
+
+    def deliver(self) -> None:
+        """What one read brought of the body, to the body, in one piece."""
+        pieces = self.pieces
+        if pieces and self.answer is not None:
+            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            self.answer.body.feed(data)
+
+    def broke(self, what: str) -> None:
+        error = ConnectionBroke(what)
+        if not self.head.done():
+            self.head.set_exception(error)
+        elif self.answer is not None and not self.complete:
+            self.deliver()  # what came before the break comes first
+            self.complete = True
+            self.answer.body.end(error)
+        self.connection.abort()
+
+    def peer_closed(self, *, clean: bool) -> None:
+        """The connection ended: a FIN (`clean`) or a reset.  Only a clean close
+        ends a body that has neither a length nor chunks."""
+        if not self.head.done():
+            self.head.set_exception(ConnectionBroke("connection reset"))
+            return
+        answer = self.answer
+        if answer is None or self.complete:
+            return
+        self.deliver()
+        self.complete = True
+        decoder = self.decoder
+        if not (self.until_close and clean):
+            answer.body.end(ConnectionBroke("connection reset"))
+            return
+        try:
+            tail = decoder.flush() if decoder is not None else b""
+        except MalformedBody:
+            answer.body.end(ConnectionBroke("malformed compressed body"))
+            return
+        answer.body.feed(tail)
+        if decoder is not None and not decoder.complete:
+            answer.body.end(ConnectionBroke("connection reset"))  # the compressed stream was cut
+            return
+        answer.body.end()
+
+
 class UpstreamConnection(asyncio.Protocol):
-    """One HTTP/1.1 connection to an upstream (or through a proxy to one)."""
+    """One HTTP/1.1 connection to an upstream (or through a proxy to one), across requests."""
 
     def __init__(self, pool: Pool, key: Key) -> None:
         self.pool = pool
         self.key = key
+        self.state = State.NEW
         self.transport: asyncio.Transport | None = None
         self.reused = False
-        self.received_any = False
-        self.closed = False
-        self._parser: httptools.HttpResponseParser | None = None
-        self._head: asyncio.Future[UpstreamAnswer] | None = None
+        self.received_any = False  # since the current request was sent
+        self._response: _Response | None = None  # the current request's answer, while one is read
         self._tunnel: asyncio.Future[int] | None = None  # a CONNECT in progress
         self._tunnel_reply = b""
-        self._method = ""
-        self._request: http.Request | None = None  # the request in flight, as mitmproxy's framing rules read it
-        self._keep_alive = False  # the answer lets the connection be reused
-        self._headers: list[tuple[str, str]] = []
-        self._pieces: list[bytes] = []  # body bytes of the read being parsed
-        self._answer: UpstreamAnswer | None = None
-        self._decoder: Decoder | None = None
-        self._complete = False
-        self._until_close = False  # a body with neither length nor chunks: it ends when the connection does
         self._idle_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.state is State.CLOSED
 
     # --- asyncio's side ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's transports are
 
     def data_received(self, data: bytes) -> None:
         self.received_any = True
         if self._tunnel is not None:
             self._tunnel_data(data)
             return
-        parser = self._parser
-        if parser is None:  # nothing asked: a server talking out of turn
+        response = self._response
+        parser = response.parser if response is not None else None
+        if response is None or parser is None:  # nothing asked: a server talking out of turn
             self.abort()
             return
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._broke("upstream switched protocols")
+            response.broke("upstream switched protocols")
         except httptools.HttpParserError:
-            self._broke("malformed HTTP response")
+            response.broke("malformed HTTP response")
         else:
-            self._deliver()
+            response.deliver()
 
     def eof_received(self) -> bool:
-        self.closed = True
+        self.state = State.CLOSED
         self._peer_closed(clean=True)
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        self.state = State.CLOSED
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
@@ -128,132 +299,17 @@ class UpstreamConnection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.resume_reading()
 
-    # --- httptools' callbacks ----------------------------------------------------------
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if _TOKEN.fullmatch(name) is None:
-            # the parser's leniency is for values (a folded line); a name it let through with a
-            # space (`Transfer-Encoding : chunked`) would dodge every check of the framing
-            raise ValueError("malformed header name")  # the parser stops: "malformed HTTP response"
-        self._headers.append((name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")))
-
-    def on_headers_complete(self) -> None:
-        assert self._parser is not None and self._request is not None
-        if self._complete or self._head is None:  # a second answer to one request
-            self._broke("upstream sent more than one answer")
-            return
-        status = self._parser.get_status_code()
-        if status < 200:  # 1xx: interim, the real answer follows
-            self._headers = []
-            return
-        headers = CIMultiDictProxy(CIMultiDict(self._headers))
-        # how the body is framed and whether the connection lives on, decided as mitmproxy
-        # decides them (llhttp only reads the bytes)
-        head = http.Response(b"HTTP/" + self._parser.get_http_version().encode(), status, b"",
-                             http.Headers([(k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
-                                           for k, v in self._headers]), None, None, 0.0, None)
-        transfer = headers.get("transfer-encoding", "")
-        try:
-            coding: str | None = validate.parse_transfer_encoding(transfer) if transfer else "identity"
-        except ValueError:
-            coding = None
-        if coding not in ("chunked", "identity"):
-            # `gzip, chunked`: llhttp undoes the chunks only, and nobody asked for the rest
-            self._broke(f"upstream answered with Transfer-Encoding {transfer.strip()[:40]!r}, "
-                        "which Switchyard cannot read")
-            return
-        try:
-            size = http1.expected_http_body_size(self._request, head)
-        except ValueError:
-            self._broke("malformed HTTP response")
-            return
-        self._until_close = size == -1
-        self._keep_alive = not http1.connection_close(head.http_version, head.headers)
-        try:
-            self._decoder = decoder_for(headers.get("content-encoding", ""))
-        except UnsupportedCoding as exc:
-            self._broke(str(exc))
-            return
-        answer = self._answer = UpstreamAnswer(self, status, headers)
-        if not self._head.done():
-            self._head.set_result(answer)
-        if self._method == "HEAD":
-            self._until_close = False
-            self.on_message_complete()
-            self._parser = None  # llhttp cannot know a HEAD answer has no body; stop reading it
-
-    def on_body(self, data: bytes) -> None:
-        answer = self._answer
-        if answer is None or self._complete:
-            return
-        if self._decoder is not None:
-            try:
-                data = self._decoder.decompress(data)
-            except MalformedBody:
-                self._broke("malformed compressed body")
-                return
-        if data:
-            self._pieces.append(data)  # delivered once the whole read is parsed: one write per read
-
-    def _deliver(self) -> None:
-        """What one read brought of the body, to the body, in one piece."""
-        pieces = self._pieces
-        if pieces and self._answer is not None:
-            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-            pieces.clear()
-            self._answer.body.feed(data)
-
-    def on_message_complete(self) -> None:
-        answer = self._answer
-        if answer is None:  # the end of a 1xx
-            self._headers = []
-            return
-        if self._complete:
-            return
-        self._deliver()
-        if self._decoder is not None:
-            try:
-                answer.body.feed(self._decoder.flush())
-            except MalformedBody:
-                self._broke("malformed compressed body")
-                return
-            if not self._decoder.complete:
-                self._broke("malformed compressed body")
-                return
-        self._complete = True
-        reusable = self._parser is not None and self._keep_alive and not self._until_close and self._method != "HEAD"
-        answer.body.end()
-        if reusable:
-            self.pool.release(self)
-        else:
-            self.close()
-
     # --- the client's side -----------------------------------------------------------
 
     def send(self, head: bytes, body: bytes, method: str) -> asyncio.Future[UpstreamAnswer]:
         assert self.transport is not None
-        self._parser = parser = httptools.HttpResponseParser(self)
-        # about as forgiving as mitmproxy's own reader: bare-LF line ends in the head, a
-        # header folded onto a second line (obs-fold) or holding a control character,
-        # spaces after a chunk size; a Content-Length beside chunked it refuses too
-        parser.set_dangerous_leniencies(lenient_optional_cr_before_lf=True, lenient_spaces_after_chunk_size=True,
-                                        lenient_headers=True)
-        self._method = method
-        self._request = http.Request("", 0, method.encode(), b"", b"", b"", b"HTTP/1.1", http.Headers(), None, None,
-                                     0.0, None)
-        self._keep_alive = False
-        self._headers = []
-        self._pieces = []
-        self._answer = None
-        self._complete = False
-        self._until_close = False
-        self._decoder = None
+        self.state = State.ACTIVE
+        response = self._response = _Response(self, method)
         self.received_any = False
-        self._head = asyncio.get_running_loop().create_future()
         if self.transport.is_reading() is False:
             self.transport.resume_reading()
         self.transport.write(head + body)
-        return self._head
+        return response.head
 
     async def tunnel(self, connect: bytes) -> None:
         """Send `connect` (a CONNECT) to the upstream proxy; TLS to the upstream starts
@@ -289,12 +345,21 @@ class UpstreamConnection(asyncio.Protocol):
         self._tunnel.set_result(reply.status_code)
 
     def abandon(self, answer: UpstreamAnswer) -> None:
-        if self._answer is answer and not self._complete:
-            self._answer = None
+        response = self._response
+        if response is not None and response.answer is answer and not response.complete:
+            response.answer = None
             self.abort()
 
+    def answered(self, reusable: bool) -> None:
+        """The current answer was read to its end."""
+        if reusable:
+            self.pool.release(self)
+        else:
+            self.close()
+
     def idle(self, timer: asyncio.TimerHandle) -> None:
-        self._parser = None
+        self.state = State.IDLE
+        self._response = None
         self._idle_timer = timer
 
     def reuse(self) -> None:
@@ -304,51 +369,19 @@ class UpstreamConnection(asyncio.Protocol):
         self.reused = True
 
     def close(self) -> None:
-        self.closed = True
+        self.state = State.CLOSED
         if self.transport is not None:
             self.transport.close()
 
-    # --- inside ----------------------------------------------------------------------
-
     def abort(self) -> None:
-        self.closed = True
+        self.state = State.CLOSED
         if self.transport is not None:
             self.transport.abort()
 
-    def _broke(self, what: str) -> None:
-        error = ConnectionBroke(what)
-        if self._head is not None and not self._head.done():
-            self._head.set_exception(error)
-        elif self._answer is not None and not self._complete:
-            self._deliver()  # what came before the break comes first
-            self._complete = True
-            self._answer.body.end(error)
-        self.abort()
+    # --- inside ----------------------------------------------------------------------
 
     def _peer_closed(self, *, clean: bool) -> None:
-        """The connection ended: a FIN (`clean`) or a reset.  Only a clean close
-        ends a body that has neither a length nor chunks."""
         if self._tunnel is not None and not self._tunnel.done():
             self._tunnel.set_exception(ConnectionBroke("the upstream proxy closed the connection"))
-        if self._head is not None and not self._head.done():
-            self._head.set_exception(ConnectionBroke("connection reset"))
-            return
-        answer = self._answer
-        if answer is None or self._complete:
-            return
-        self._deliver()
-        self._complete = True
-        decoder = self._decoder
-        if not (self._until_close and clean):
-            answer.body.end(ConnectionBroke("connection reset"))
-            return
-        try:
-            tail = decoder.flush() if decoder is not None else b""
-        except MalformedBody:
-            answer.body.end(ConnectionBroke("malformed compressed body"))
-            return
-        answer.body.feed(tail)
-        if decoder is not None and not decoder.complete:
-            answer.body.end(ConnectionBroke("connection reset"))  # the compressed stream was cut
-            return
-        answer.body.end()
+        if self._response is not None:
+            self._response.peer_closed(clean=clean)
