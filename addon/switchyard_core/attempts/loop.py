@@ -17,18 +17,19 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from .. import observe
-from ..apis import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
+from ..apis import APIS, Api, Classification, ErrorInfo, ErrorPolicy
 from ..apis.errors import http_error_info
-from ..exchange import AttemptOutcome, AttemptRecord, Exchange
+from ..exchange import AttemptRecord, Exchange
 from ..gate import SAID_NOTHING, Gate, GateStep
-from ..retry import Plan, plan_after_failure, retry_after_s
+from ..retry import Plan
 from ..rules import Upstream
-from ..upstreams.client import UpstreamClient
 from ..upstreams.messages import (
     Answer,
     ConnectTimeout,
+    UpstreamRequest,
     build_request,
     display_url,
     forwarded_response_headers,
@@ -42,6 +43,7 @@ from .deadlines import Deadlines
 from .endings import Endings
 from .faulty_answer import FaultyAnswer
 from .log import AttemptLog
+from .policy import Turn, first_turn, judge, next_turn
 from .read_deadline import Silence
 
 ERROR_BODY_LIMIT = 1024 * 1024
@@ -57,17 +59,30 @@ class _Failed:
 
 @dataclass(slots=True)
 class _Try:
-    """One attempt in progress: which upstream, how much budget is used."""
+    """One attempt in progress: its turn, its record and its deadlines."""
 
-    upstream: Upstream
-    tries: int
-    has_next: bool
+    turn: Turn
     record: AttemptRecord
     deadlines: Deadlines
 
+    @property
+    def upstream(self) -> Upstream:
+        return self.turn.upstream
+
+
+class Upstreams(Protocol):
+    """Where attempts go: the relay's `UpstreamClient`, or a test's scripted stand-in."""
+
+    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None) -> Answer: ...
+
 
 class AttemptLoop:
-    def __init__(self, exchange: Exchange, http: UpstreamClient, sink: ClientSink) -> None:
+    """One exchange's attempts, from the first upstream's to its ending.
+
+    The decisions are values from `policy.py` and `deadlines.py`; this class
+    awaits the answers, reads them through the gate and writes to the client."""
+
+    def __init__(self, exchange: Exchange, http: Upstreams, sink: ClientSink) -> None:
         self.exchange = exchange
         self.route = exchange.route
         self.settings = exchange.route.settings
@@ -90,27 +105,21 @@ class AttemptLoop:
 
     async def _run(self) -> None:
         upstreams = self.route.upstreams
-        last: _Failed | None = None
-        for index, upstream in enumerate(upstreams):
-            tries = 0
-            while True:
-                tries += 1
-                last = await self._attempt(upstream, tries, has_next=index + 1 < len(upstreams))
-                if last is None:
-                    return  # the client got an answer
-                if last.plan.action == "retry":
-                    await asyncio.sleep(last.plan.delay_s)
-                    continue
-                if last.plan.action == "next_upstream":
-                    break
-                self.end.exhausted(last.info.message, last.timed_out)
-                return
-        if last is not None:
-            self.end.exhausted(last.info.message, last.timed_out)
+        turn: Turn | None = first_turn(upstreams)
+        while turn is not None:
+            failed = await self._attempt(turn)
+            if failed is None:
+                return  # the client got an answer
+            turn = next_turn(upstreams, turn, failed.plan)
+            if turn is None:
+                self.end.exhausted(failed.info.message, failed.timed_out)
+            elif failed.plan.action == "retry":
+                await asyncio.sleep(failed.plan.delay_s)
 
     # --- one attempt ----------------------------------------------------------------
 
-    async def _attempt(self, upstream: Upstream, tries: int, has_next: bool) -> _Failed | None:
+    async def _attempt(self, turn: Turn) -> _Failed | None:
+        upstream = turn.upstream
         request = build_request(self.exchange.request, upstream)
         record = AttemptRecord(
             attempt=len(self.exchange.attempts) + 1,
@@ -123,7 +132,7 @@ class AttemptLoop:
         self.exchange.attempts.append(record)
         self.client.attempts = len(self.exchange.attempts)
         deadlines = Deadlines.of(self.settings, streams=self.exchange.request.wants_stream, started=record.started)
-        attempt = _Try(upstream, tries, has_next, record, deadlines)
+        attempt = _Try(turn, record, deadlines)
         try:
             async with asyncio.timeout(deadlines.head):
                 answer: Answer = await self.http.open(request, connect_timeout_s=deadlines.connect)
@@ -153,20 +162,9 @@ class AttemptLoop:
     def _fail(self, attempt: _Try, info: ErrorInfo, *, timed_out: bool = False,
               headers: Mapping[str, str] | None = None) -> _Failed:
         """Decide what a failure is worth and what comes next; log the decision."""
-        should_retry = headers.get("x-should-retry") if headers else None
-        decision = self.policy.decide(info, should_retry)
-        plan = plan_after_failure(
-            decision,
-            tries_used=attempt.tries,
-            budget=attempt.upstream.retries,
-            has_next=attempt.has_next,
-            timed_out=timed_out,
-            retry_after=retry_after_s(headers),
-            backoff_ms=self.settings.backoff_ms,
-            max_backoff_ms=self.settings.max_backoff_ms,
-        )
-        outcome: AttemptOutcome = "fatal" if decision is Decision.FATAL else plan.action
-        self.log.failed(attempt.record, info, outcome, plan.delay_s if plan.action == "retry" else None)
+        verdict = judge(info, attempt.turn, self.settings, self.policy, timed_out=timed_out, headers=headers)
+        plan = verdict.plan
+        self.log.failed(attempt.record, info, verdict.outcome, plan.delay_s if plan.action == "retry" else None)
         return _Failed(info, plan, timed_out)
 
     async def _http_failure(self, answer: Answer, attempt: _Try) -> _Failed | None:

@@ -1,0 +1,68 @@
+"""The attempt loop's decisions, as values: which upstream is tried next, and what
+a failure before output leads to.  Nothing here awaits; `loop.py` acts on these."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..apis import Decision, ErrorInfo, ErrorPolicy
+from ..exchange import AttemptOutcome
+from ..retry import Plan, plan_after_failure, retry_after_s
+from ..rules import AttemptSettings, Upstream
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """An attempt to come: which upstream, its how-manyth try, and whether another upstream follows."""
+
+    index: int
+    upstream: Upstream
+    tries: int
+    has_next: bool
+
+
+def first_turn(upstreams: Sequence[Upstream]) -> Turn:
+    return Turn(0, upstreams[0], 1, len(upstreams) > 1)
+
+
+def next_turn(upstreams: Sequence[Upstream], turn: Turn, plan: Plan) -> Turn | None:
+    """After a failed attempt: the same upstream again, the next one, or none (the exchange is over)."""
+    if plan.action == "retry":
+        return Turn(turn.index, turn.upstream, turn.tries + 1, turn.has_next)
+    if plan.action == "next_upstream" and turn.index + 1 < len(upstreams):
+        index = turn.index + 1
+        return Turn(index, upstreams[index], 1, index + 1 < len(upstreams))
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a failure before output is worth, and what follows it."""
+
+    decision: Decision
+    plan: Plan
+
+    @property
+    def outcome(self) -> AttemptOutcome:
+        return "fatal" if self.decision is Decision.FATAL else self.plan.action
+
+
+def judge(info: ErrorInfo, turn: Turn, settings: AttemptSettings, policy: ErrorPolicy, *, timed_out: bool = False,
+          headers: Mapping[str, str] | None = None, jitter: Callable[[], float] = random.random) -> Verdict:
+    """The error policy's decision on `info` (and the answer's `x-should-retry`), then the plan
+    within the upstream's budget, its backoff and the answer's Retry-After."""
+    decision = policy.decide(info, headers.get("x-should-retry") if headers else None)
+    plan = plan_after_failure(
+        decision,
+        tries_used=turn.tries,
+        budget=turn.upstream.retries,
+        has_next=turn.has_next,
+        timed_out=timed_out,
+        retry_after=retry_after_s(headers),
+        backoff_ms=settings.backoff_ms,
+        max_backoff_ms=settings.max_backoff_ms,
+        jitter=jitter,
+    )
+    return Verdict(decision, plan)
