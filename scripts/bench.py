@@ -80,7 +80,7 @@ before the first request until the last answer is complete; reported: RSS
 before, peak while all N were held (the upstream says when the barrier opened
 and when it released), peak over the whole phase (the sampled peak, or VmHWM if
 it rose during the phase and is higher), and peak minus before.  The
-target (issue 6) is that switchyard's peak minus before exceeds plain
+target is that switchyard's peak minus before exceeds plain
 mitmdump's by under 300 MB.  Every client must get its complete answer (exact
 byte count, [DONE]); for switchyard, also no data frame before the release
 (else it did not hold the stream) — plain passes the role frame straight
@@ -142,7 +142,7 @@ ERROR_MARK = b'"error":'
 DONE = b"data: [DONE]\n\n"
 HOLD_FIELD = "bench_hold_ms"  # in a request body: the staging-phase answer (see the module docstring)
 STAGING_TOKENS_MAX = 20
-STAGING_TARGET_MB = 300.0  # issue 6: switchyard's staging peak at most this much beyond plain mitmdump's
+STAGING_TARGET_MB = 300.0  # the target: switchyard's staging peak at most this much beyond plain mitmdump's
 STAGING_HOLD_MAX_S = 10.0  # below Switchyard's default pre_answer_keepalive_s (15 s)
 PROXY_ENV_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy")
 
@@ -1125,7 +1125,7 @@ def staging_report(staging: dict[str, Any]) -> str:
         lines.append(f"| switchyard − plain | | | | | | {'—' if held_diff is None else f'{held_diff:+.1f}'} "
                      f"| **{v['switchyard_minus_plain_mb']:+.1f}** |")
         lines.append("")
-        lines.append(f"Target (issue 6): switchyard's peak − before at most {v['target_mb']:g} MB beyond plain "
+        lines.append(f"Target: switchyard's peak − before at most {v['target_mb']:g} MB beyond plain "
                      f"mitmdump's: **{v['verdict']}** ({v['switchyard_minus_plain_mb']:+.1f} MB).")
     for path in ("plain", "switchyard"):
         e = staging.get(path)

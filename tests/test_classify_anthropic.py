@@ -1,9 +1,9 @@
-"""Anthropic Messages classifier against wire fixtures from the reference.
+"""Anthropic Messages classifier against wire fixtures in the provider's real shapes.
 
-Each fixture holds the reference's lines byte for byte (whitespace padding
-included), every event ended by its blank line; lone `…` lines were dropped,
-and a bare JSON object is wrapped in `event:`/`data:` lines.  SOURCES says
-which section each came from.
+Each fixture holds a recorded or documented stream's lines byte for byte
+(whitespace padding included), every event ended by its blank line; lines its
+source elided with `…` were dropped, and a bare JSON object is wrapped in
+`event:`/`data:` lines.  SOURCES says what each is.
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ from switchyard_core.sse import FrameSplitter
 FIXTURES = Path(__file__).parent / "fixtures"
 
 SOURCES = {
-    "anthropic_normal_text.sse": "§3.1 normal text stream [REC]",
-    "anthropic_tool_use.sse": "§3.2 tool_use + input_json_delta [REC], elision line dropped",
-    "anthropic_thinking_signature.sse": "§3.3 thinking / signature, elision line dropped",
-    "anthropic_server_tool_use.sse": "§3.3 server_tool_use",
-    "anthropic_redacted_thinking_citations.sse": "§3.3 redacted_thinking and citations_delta [CONSTRUCTED]",
-    "anthropic_refusal_no_content.sse": "§3.4 refusal with no content",
-    "anthropic_overloaded_error_first.sse": "§3.5 in-stream overloaded_error as the first event",
-    "anthropic_error_after_ping.sse": "§3.5 case 2, coder/aibridge error after message_start, content_block_start, ping",
-    "anthropic_overloaded_error_request_id.sse": "§3.5 compact error with request_id, wrapped",
-    "anthropic_error_after_partial_text.sse": "§3.5 case 3: §3.1 frames through the first text_delta, then §3.5's error",
+    "anthropic_normal_text.sse": "normal text stream (recorded)",
+    "anthropic_tool_use.sse": "tool_use + input_json_delta (recorded), elision line dropped",
+    "anthropic_thinking_signature.sse": "thinking / signature, elision line dropped",
+    "anthropic_server_tool_use.sse": "server_tool_use",
+    "anthropic_redacted_thinking_citations.sse": "redacted_thinking and citations_delta (constructed)",
+    "anthropic_refusal_no_content.sse": "refusal with no content",
+    "anthropic_overloaded_error_first.sse": "in-stream overloaded_error as the first event",
+    "anthropic_error_after_ping.sse": "coder/aibridge error after message_start, content_block_start, ping",
+    "anthropic_overloaded_error_request_id.sse": "compact error with request_id, wrapped",
+    "anthropic_error_after_partial_text.sse": "the normal stream's frames through the first text_delta, then the in-stream error",
 }
 
 K, L, O, T, F, E = (

@@ -1,11 +1,12 @@
-"""OpenAI Chat Completions stream classifier (DESIGN §3) on wire fixtures.
+"""OpenAI Chat Completions stream classifier (docs/architecture.md, "What counts as
+output") on wire fixtures.
 
 Fixtures live in tests/fixtures/chat_*.sse. FIXTURES below names, for each
-file, the section of reference/provider-sse-shapes.md it comes from and how:
-"verbatim" is a byte-exact copy of one wire example (lines the reference
+file, the provider shape it shows and how it was made: "verbatim" is a
+byte-exact copy of one recorded or documented wire example (lines its source
 elides with "…" are left out, nothing else changes); "composite" joins
-verbatim frames from the named sections; "constructed" follows a shape the
-section describes in words but does not quote byte for byte.
+verbatim frames of the named shapes; "constructed" follows a shape its source
+describes in words but does not quote byte for byte.
 """
 
 from __future__ import annotations
@@ -37,35 +38,35 @@ K, L, O, T, F, E = (
 )
 RETRY, NEXT, FATAL = Decision.RETRY, Decision.NEXT_UPSTREAM, Decision.FATAL
 
-# file -> (reference section, provenance)
+# file -> (provider shape, provenance)
 FIXTURES: dict[str, tuple[str, str]] = {
-    "chat_normal_stream.sse": ("§1.1", "verbatim (openai-python snapshot e2aad469), elided frames left out"),
-    "chat_tool_calls_parallel.sse": ("§1.3", "verbatim (snapshot f82268f2), elided frames left out; no blank line after [DONE]"),
-    "chat_refusal_stream.sse": ("§1.4", "verbatim (snapshot 173417d5), elided frames left out; no blank line at the end"),
-    "chat_go_openai_error_data_prefix.sse": ("§1.5(b)", "verbatim (go-openai TestCreateChatCompletionStreamErrorWithDataPrefix)"),
-    "chat_role_then_error.sse": ("§1.1 + §1.5(b)", "composite: §1.1 role chunk, then the coder/aibridge error line; §9 #2"),
-    "chat_error_after_content.sse": ("§1.1 + §1.5(b)", "composite: aibridge role chunk (§1.1), a content chunk rebuilt from it "
-                                     "(the reference elides its middle), then the aibridge error line"),
-    "chat_openrouter_keepalive_content.sse": ("§5", "verbatim (OpenRouter normal chunk after a keepalive comment)"),
-    "chat_openrouter_docs_midstream_error.sse": ("§5", "verbatim (OpenRouter docs mid-stream error, code \"server_error\")"),
-    "chat_openrouter_keepalive_error_502.sse": ("§5", "composite: 3x `: OPENROUTER PROCESSING` + observed 502 variant + [DONE]; §9 #4"),
-    "chat_openrouter_keepalive_error_429.sse": ("§5", "composite: 3x keepalive + observed 429 variant + [DONE]"),
-    "chat_openrouter_keepalive_error_504.sse": ("§5", "composite: 3x keepalive + observed 504 variant + [DONE]"),
-    "chat_empty_choices_error.sse": ("§5", "constructed: OmniRoute PR #8210 empty-choices chunk with a top-level error "
-                                     "(text quoted; code 429 chosen); §9 #5"),
-    "chat_azure_prompt_filter_role.sse": ("§6.1", "verbatim (quarkus-langchain4j recorded Azure stream)"),
-    "chat_azure_prompt_filter_role_error_429.sse": ("§6.1", "composite: §6.1 frames + the §6.1 Azure 429 error body as a data line; §9 #3"),
-    "chat_vllm_error_first.sse": ("§6.2", "verbatim (wire form constructed in the reference from vLLM source); §9 #1"),
-    "chat_vllm_error_500_first.sse": ("§6.2", "constructed: the §6.2 form with the InternalServerError/500 values §6.2 lists"),
-    "chat_ollama_bare_error.sse": ("§6.3", "verbatim (bare error line, no data: prefix); §9 #15"),
-    "chat_go_openai_bare_multiline_error.sse": ("§0.6", "constructed from go-openai TestCreateChatCompletionStreamError "
+    "chat_normal_stream.sse": ("Chat normal stream", "verbatim (openai-python snapshot e2aad469), elided frames left out"),
+    "chat_tool_calls_parallel.sse": ("Chat tool-call deltas", "verbatim (snapshot f82268f2), elided frames left out; no blank line after [DONE]"),
+    "chat_refusal_stream.sse": ("Chat refusal stream", "verbatim (snapshot 173417d5), elided frames left out; no blank line at the end"),
+    "chat_go_openai_error_data_prefix.sse": ("Chat in-stream error", "verbatim (go-openai TestCreateChatCompletionStreamErrorWithDataPrefix)"),
+    "chat_role_then_error.sse": ("Chat normal stream + Chat in-stream error", "composite: the normal stream's role chunk, then the coder/aibridge error line"),
+    "chat_error_after_content.sse": ("Chat normal stream + Chat in-stream error", "composite: aibridge role chunk, a content chunk rebuilt from it "
+                                     "(its source elides the middle), then the aibridge error line"),
+    "chat_openrouter_keepalive_content.sse": ("OpenRouter", "verbatim (OpenRouter normal chunk after a keepalive comment)"),
+    "chat_openrouter_docs_midstream_error.sse": ("OpenRouter", "verbatim (OpenRouter docs mid-stream error, code \"server_error\")"),
+    "chat_openrouter_keepalive_error_502.sse": ("OpenRouter", "composite: 3x `: OPENROUTER PROCESSING` + observed 502 variant + [DONE]"),
+    "chat_openrouter_keepalive_error_429.sse": ("OpenRouter", "composite: 3x keepalive + observed 429 variant + [DONE]"),
+    "chat_openrouter_keepalive_error_504.sse": ("OpenRouter", "composite: 3x keepalive + observed 504 variant + [DONE]"),
+    "chat_empty_choices_error.sse": ("OpenRouter", "constructed: OmniRoute PR #8210 empty-choices chunk with a top-level error "
+                                     "(text quoted; code 429 chosen)"),
+    "chat_azure_prompt_filter_role.sse": ("Azure OpenAI", "verbatim (quarkus-langchain4j recorded Azure stream)"),
+    "chat_azure_prompt_filter_role_error_429.sse": ("Azure OpenAI", "composite: the recorded Azure frames + Azure's 429 error body as a data line"),
+    "chat_vllm_error_first.sse": ("vLLM", "verbatim (the wire form vLLM's source writes)"),
+    "chat_vllm_error_500_first.sse": ("vLLM", "constructed: that form with vLLM's InternalServerError/500 values"),
+    "chat_ollama_bare_error.sse": ("Ollama", "verbatim (bare error line, no data: prefix)"),
+    "chat_go_openai_bare_multiline_error.sse": ("SSE framing", "constructed from go-openai TestCreateChatCompletionStreamError "
                                                 "(each line + \"\\n\", no blank line)"),
-    "chat_deepseek_reasoning.sse": ("§6.4", "verbatim (deepseek-v4-pro curl capture)"),
-    "chat_deepseek_keepalive_insufficient_resource.sse": ("§6.4", "constructed: 3x `: keep-alive` + the §6.4 first chunk with "
-                                                          "finish_reason insufficient_system_resource and no content; §9 #17"),
-    "chat_event_error_overloaded.sse": ("§8 #1, §1.6", "constructed: `event: error` with the nested error object, "
-                                        "code server_is_overloaded / type service_unavailable_error as §8 #1 lists"),
-    "chat_done_only.sse": ("§6.2 (vLLM PR #40986), §9 #16", "constructed: `data: [DONE]` alone"),
+    "chat_deepseek_reasoning.sse": ("DeepSeek", "verbatim (deepseek-v4-pro curl capture)"),
+    "chat_deepseek_keepalive_insufficient_resource.sse": ("DeepSeek", "constructed: 3x `: keep-alive` + DeepSeek's first chunk with "
+                                                          "finish_reason insufficient_system_resource and no content"),
+    "chat_event_error_overloaded.sse": ("message-only overload texts + SDKs' in-stream error detection", "constructed: `event: error` with the nested error object, "
+                                        "code server_is_overloaded / type service_unavailable_error, as OpenAI sends them"),
+    "chat_done_only.sse": ("vLLM", "constructed: `data: [DONE]` alone"),
 }
 
 # file -> (frame kinds in order, complete at EOF or None, decision for the failure or None)
@@ -160,7 +161,7 @@ def test_fixture_kinds(name: str) -> None:
         info = failures[0].error
         assert isinstance(info, ErrorInfo)
         assert ErrorPolicy().decide(info) is decision
-    # commits exactly when DESIGN says: output and terminal only
+    # commits on output and terminal frames only
     for _, c in result:
         assert c.commits is (c.kind in (O, T))
 
@@ -289,7 +290,7 @@ def test_lifecycle_only_stream_is_not_complete() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §1.2 role-only first-chunk variants: all lifecycle
+# role-only first-chunk variants: all lifecycle
 
 ROLE_ONLY_VARIANTS: dict[str, dict[str, Any]] = {
     "text": chunk({"role": "assistant", "content": "", "refusal": None}),
@@ -326,7 +327,7 @@ ROLE_ONLY_VARIANTS: dict[str, dict[str, Any]] = {
             {"prompt_index": 0, "content_filter_results": {"hate": {"filtered": False, "severity": "safe"}}}
         ],
     },
-    "usage null on every chunk (§1.1 newer traffic)": {
+    "usage null on every chunk (newer traffic)": {
         **chunk({"role": "assistant", "content": "", "refusal": None}),
         "service_tier": "default",
         "usage": None,
@@ -340,7 +341,7 @@ ROLE_ONLY_VARIANTS: dict[str, dict[str, Any]] = {
         "usage": {"prompt_tokens": 14, "completion_tokens": 30, "total_tokens": 44},
     },
     "usage-only chunk, no choices": {"id": "chatcmpl-test", "usage": {"prompt_tokens": 14}},
-    "tool-call header, arguments empty (§1.3)": chunk(
+    "tool-call header, arguments empty": chunk(
         {
             "tool_calls": [
                 {
@@ -383,15 +384,15 @@ def test_role_only_fixture_frames_are_lifecycle() -> None:
 
 OUTPUT_DELTAS: dict[str, dict[str, Any]] = {
     "content": chunk({"content": "I'm"}),
-    "content with role (OpenRouter §5)": chunk({"content": "Hello", "role": "assistant"}, native_finish_reason=None),
-    "tool-call arguments (§1.3)": chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}),
+    "content with role (OpenRouter)": chunk({"content": "Hello", "role": "assistant"}, native_finish_reason=None),
+    "tool-call arguments": chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}),
     "tool-call header with arguments": chunk(
         {"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
     ),
     "legacy function_call": chunk({"role": "assistant", "function_call": {"name": "f", "arguments": ""}}),
-    "refusal (§1.4)": chunk({"refusal": "I'm"}),
-    "reasoning_content (DeepSeek §6.4)": chunk({"content": None, "reasoning_content": "我们需要"}),
-    "reasoning (Ollama §6.3)": {
+    "refusal": chunk({"refusal": "I'm"}),
+    "reasoning_content (DeepSeek)": chunk({"content": None, "reasoning_content": "我们需要"}),
+    "reasoning (Ollama)": {
         **chunk({"role": "assistant", "content": "", "reasoning": "Let me think"}),
         "system_fingerprint": "fp_ollama",
     },
@@ -399,7 +400,7 @@ OUTPUT_DELTAS: dict[str, dict[str, Any]] = {
     "finish_reason stop": chunk({}, "stop"),
     "finish_reason length": chunk({}, "length"),
     "finish_reason tool_calls": chunk({}, "tool_calls"),
-    "finish_reason content_filter (Azure §6.1)": chunk({}, "content_filter"),
+    "finish_reason content_filter (Azure)": chunk({}, "content_filter"),
 }
 
 
@@ -543,7 +544,7 @@ def test_deepseek_insufficient_system_resource_before_content() -> None:
 
 
 def test_deepseek_insufficient_system_resource_after_content_is_a_finish() -> None:
-    # DESIGN §3 makes it a failure only "with no content"; after content it ends the answer
+    # a failure only "with no content"; after content it ends the answer
     stream = ChatStream()
     assert classify_obj(chunk({"content": "10"}), stream).kind is O
     c = classify_obj(chunk({"content": ""}, "insufficient_system_resource"), stream)
@@ -570,7 +571,7 @@ def test_finish_reason_error_without_error_object_is_retryable() -> None:
 
 
 def test_finish_reason_error_with_a_fatal_status_is_fatal() -> None:
-    # DESIGN §3: nothing retryable (no overload text, no retryable code, 400 not in
+    # the precedence: nothing retryable (no overload text, no retryable code, 400 not in
     # retry_on) -> fatal; "finish_reason: error" must not turn a 400 into a retry
     c = classify_obj(
         {
@@ -584,7 +585,7 @@ def test_finish_reason_error_with_a_fatal_status_is_fatal() -> None:
 
 
 def test_choice_level_error_object() -> None:
-    # §5: a detector must check choices[*].error too
+    #: a detector must check choices[*].error too
     c = classify_obj(
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "error",
                       "error": {"code": 502, "message": "This model is currently experiencing high demand."}}]}
@@ -644,7 +645,7 @@ def test_body_error_error_object() -> None:
 
 
 def test_body_error_openrouter_in_band_choice_error() -> None:
-    # reference §5, verbatim
+    # OpenRouter, verbatim
     body = json.loads(
         '{"choices":[{"message":{"content":""},"finish_reason":"error","error":{"code":502,"message":"This model is '
         'currently experiencing high demand.","metadata":{"error_type":"provider_unavailable"}}}],'

@@ -1,9 +1,9 @@
-"""OpenAI Responses classifier against wire fixtures from the reference.
+"""OpenAI Responses classifier against wire fixtures in the API's real shapes.
 
-Each fixture holds the reference's lines byte for byte, every event ended by
-its blank line; where the reference cut a frame short with `…`, the cut was
-removed so the JSON parses, and where it gave a bare JSON object the object is
-wrapped in `event:`/`data:` lines.  SOURCES says which section each came from.
+Each fixture holds a recorded or documented stream's lines byte for byte, every
+event ended by its blank line; where its source cut a frame short with `…`, the
+cut was removed so the JSON parses, and where it gave a bare JSON object the
+object is wrapped in `event:`/`data:` lines.  SOURCES says what each is.
 """
 
 from __future__ import annotations
@@ -26,27 +26,27 @@ from switchyard_core.sse import FrameSplitter, SseEvent
 FIXTURES = Path(__file__).parent / "fixtures"
 
 SOURCES = {
-    "responses_normal_text.sse": "§2.2 normal text stream [REC], elided frames completed",
-    "responses_reasoning_summary.sse": "§2.3 reasoning summary, first block",
-    "responses_reasoning_function_call.sse": "§2.3 empty reasoning item then function call, second block",
-    "responses_refusal_delta.sse": "§2.3 spec example response.refusal.delta, wrapped",
-    "responses_reasoning_text_delta.sse": "§2.3 spec example response.reasoning_text.delta, wrapped",
-    "responses_queued.sse": "§2.3 spec example response.queued, wrapped",
-    "responses_failed_rate_limit_exceeded.sse": "§2.4 codex responses.rs rate_limit_exceeded",
-    "responses_failed_context_length_exceeded.sse": "§2.4 codex responses.rs context_length_exceeded",
-    "responses_failed_insufficient_quota.sse": "§2.4 codex responses.rs insufficient_quota",
-    "responses_failed_invalid_prompt.sse": "§2.4 codex responses.rs invalid_prompt",
-    "responses_failed_server_is_overloaded.sse": "§2.4 sub2api PR #3476 server_is_overloaded, wrapped",
-    "responses_failed_server_error_processing.sse": "§2.4 sub2api #6714 server_error, elision removed",
-    "responses_failed_top_level_error.sse": "§2.4 sub2api #5281 top-level error envelope",
-    "responses_stream_error_after_content.sse": "§2.5 coder/aibridge stream_error.txtar, flat error after content",
-    "responses_error_insufficient_quota_nested.sse": "§2.5 SwiftAgent nested insufficient_quota, elisions removed",
-    "responses_overload_canonical.sse": "§2.6 canonical overload sequence",
-    "responses_overload_error_first.sse": "§2.6 variant: the error frame alone, first",
-    "responses_overload_failed_only.sse": "§2.6 variant: sub2api overloadedStreamSSE, response.failed only",
-    "responses_overload_no_event_lines.sse": "§2.6 variant: canonical sequence with the event lines stripped",
-    "responses_failed_slow_down.sse": "§2.6 variant: slow_down, wrapped",
-    "responses_incomplete.sse": "§2.7 spec response.incomplete, wrapped, elisions removed",
+    "responses_normal_text.sse": "normal text stream (recorded), elided frames completed",
+    "responses_reasoning_summary.sse": "reasoning summary, first block",
+    "responses_reasoning_function_call.sse": "empty reasoning item then function call, second block",
+    "responses_refusal_delta.sse": "spec example response.refusal.delta, wrapped",
+    "responses_reasoning_text_delta.sse": "spec example response.reasoning_text.delta, wrapped",
+    "responses_queued.sse": "spec example response.queued, wrapped",
+    "responses_failed_rate_limit_exceeded.sse": "codex responses.rs rate_limit_exceeded",
+    "responses_failed_context_length_exceeded.sse": "codex responses.rs context_length_exceeded",
+    "responses_failed_insufficient_quota.sse": "codex responses.rs insufficient_quota",
+    "responses_failed_invalid_prompt.sse": "codex responses.rs invalid_prompt",
+    "responses_failed_server_is_overloaded.sse": "sub2api PR #3476 server_is_overloaded, wrapped",
+    "responses_failed_server_error_processing.sse": "sub2api #6714 server_error, elision removed",
+    "responses_failed_top_level_error.sse": "sub2api #5281 top-level error envelope",
+    "responses_stream_error_after_content.sse": "coder/aibridge stream_error.txtar, flat error after content",
+    "responses_error_insufficient_quota_nested.sse": "SwiftAgent nested insufficient_quota, elisions removed",
+    "responses_overload_canonical.sse": "canonical overload sequence",
+    "responses_overload_error_first.sse": "variant: the error frame alone, first",
+    "responses_overload_failed_only.sse": "variant: sub2api overloadedStreamSSE, response.failed only",
+    "responses_overload_no_event_lines.sse": "variant: canonical sequence with the event lines stripped",
+    "responses_failed_slow_down.sse": "variant: slow_down, wrapped",
+    "responses_incomplete.sse": "spec response.incomplete, wrapped, elisions removed",
 }
 
 K, L, O, T, F, E = (

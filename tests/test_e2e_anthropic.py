@@ -3,7 +3,7 @@
 Each test scripts what the upstreams answer and asserts what a user would
 notice: the exact bytes the client received, which upstreams were called and
 how often, with which credentials, and what was logged.  Wire shapes come from
-reference/provider-sse-shapes.md §3 (the fixtures under tests/fixtures are
+the providers' recorded and documented streams (the fixtures under tests/fixtures are
 copied from it byte for byte, whitespace padding included).
 
 The `messages` route: upstream `primary` is the request's own destination
@@ -30,11 +30,11 @@ BACKUP_BYTES = b"".join(wire.anthropic_stream(BACKUP_TEXT))
 PRIMARY_BYTES = b"".join(wire.anthropic_stream(wire.answer_text("primary")))
 
 MODEL = "claude-opus-4-7"
-OVERLOADED_BODY = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'  # §3.5, exactly 75 bytes
+OVERLOADED_BODY = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'  #, exactly 75 bytes
 
 
 def fixture_frames(name: str) -> list[bytes]:
-    """A reference fixture split into its frames, each with its blank-line terminator."""
+    """A wire fixture split into its frames, each with its blank-line terminator."""
     raw = (FIXTURES / name).read_bytes()
     frames = [part + b"\n\n" for part in raw.split(b"\n\n") if part.strip()]
     assert b"".join(frames) == raw, f"{name} does not end with a blank line"

@@ -20,7 +20,7 @@ from tests.support import wire
 from tests.support.fake_provider import RESET, Reply
 from tests.support.scripted_server import LAST_CHUNK, WAIT_S, Server, answering, dechunk, response
 
-HEADLINE = wire.chat_error(503, "provider overloaded")  # DESIGN's headline frame
+HEADLINE = wire.chat_error(503, "provider overloaded")  # the failure Switchyard exists for: a 503 inside a 200 stream
 BACKUP_BYTES = b"".join(wire.chat_stream(wire.answer_text("backup")))
 PRIMARY_BYTES = b"".join(wire.chat_stream(wire.answer_text("primary")))
 

@@ -3,7 +3,7 @@
 Each test scripts what the upstreams answer and asserts what a user would
 notice: the exact bytes the client received, which upstreams were called and
 how often, and what was logged.  Wire shapes come from
-reference/provider-sse-shapes.md §2 (the fixtures under tests/fixtures are
+the providers' recorded and documented streams (the fixtures under tests/fixtures are
 copied from it byte for byte).
 
 The `responses` route: upstream `primary` is the request's own destination
@@ -32,14 +32,14 @@ OVERLOAD_TEXT = "Our servers are currently overloaded. Please try again later."
 
 
 def fixture_frames(name: str) -> list[bytes]:
-    """A reference fixture split into its frames, each with its blank-line terminator."""
+    """A wire fixture split into its frames, each with its blank-line terminator."""
     raw = (FIXTURES / name).read_bytes()
     frames = [part + b"\n\n" for part in raw.split(b"\n\n") if part.strip()]
     assert b"".join(frames) == raw, f"{name} does not end with a blank line"
     return frames
 
 
-# §2.6: created, in_progress, nested error (server_is_overloaded), response.failed
+#: created, in_progress, nested error (server_is_overloaded), response.failed
 OVERLOAD_SEQUENCE = fixture_frames("responses_overload_canonical.sse")
 # The same payload re-emitted by gateways as data-only frames
 OVERLOAD_SEQUENCE_NO_EVENT_LINES = fixture_frames("responses_overload_no_event_lines.sse")
@@ -57,7 +57,7 @@ IN_PROGRESS = wire.event(
 
 
 def failed(code: str, message: str, seq: int = 1) -> bytes:
-    """`response.failed` in the spec's shape (§2.4)."""
+    """`response.failed` in the spec's shape."""
     return wire.event(
         "response.failed",
         {"type": "response.failed", "sequence_number": seq,
@@ -67,12 +67,12 @@ def failed(code: str, message: str, seq: int = 1) -> bytes:
 
 
 def flat_error(code: str, message: str, seq: int = 0) -> bytes:
-    """The spec's flat `error` event (§2.5)."""
+    """The spec's flat `error` event."""
     return wire.event("error", {"type": "error", "code": code, "message": message, "param": None, "sequence_number": seq})
 
 
 def nested_error(code: str, message: str, seq: int) -> bytes:
-    """The nested `error` event seen on the public API (§2.5, §2.6)."""
+    """The nested `error` event seen on the public API."""
     return wire.event(
         "error",
         {"type": "error", "error": {"type": "service_unavailable_error", "code": code, "message": message, "param": None},
@@ -132,7 +132,7 @@ def assert_backup_stream(env: Env, result) -> None:  # type: ignore[no-untyped-d
     assert result.headers["x-switchyard-upstream"] == "backup"
 
 
-# --- the canonical overload sequence (§2.6) ---------------------------------------
+# --- the canonical overload sequence ---------------------------------------
 
 
 def test_canonical_overload_sequence_curl_gets_exactly_the_backup_stream(env: Env) -> None:
@@ -203,7 +203,7 @@ def test_flat_error_event_first_falls_back(env: Env, error: bytes) -> None:
 
 
 def test_flat_error_event_first_falls_back_openai_sdk(env: Env) -> None:
-    # openai-python yields a flat error event instead of raising (§2.8): the
+    # openai-python yields a flat error event instead of raising: the
     # user would see an "error" event, so none must reach the SDK.
     error = flat_error("server_is_overloaded", OVERLOAD_TEXT)
     env.provider.script("primary", Reply.sse(error), Reply.sse(error))

@@ -1,4 +1,4 @@
-"""The Responses API over WebSocket through a real mitmdump (issue 7).
+"""The Responses API over WebSocket through a real mitmdump.
 
 A loopback WebSocket upstream (tests/support/ws_provider.py) speaks the
 protocol and fails on demand; a plain aiohttp WebSocket client and the openai

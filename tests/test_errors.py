@@ -1,8 +1,9 @@
-"""error_info / http_error_info / ErrorPolicy.decide (DESIGN §3 precedence).
+"""error_info / http_error_info / ErrorPolicy.decide (the precedence is in
+docs/architecture.md, "What counts as output").
 
-Bodies come from reference/provider-sse-shapes.md: §1.5 (OpenAI), §3.5-3.6
-(Anthropic), §4.2 (Gemini), §5 (OpenRouter), §6.1-6.3 (Azure, vLLM, Ollama),
-§8 (message-only overload texts).
+Bodies are the providers' own, as recorded or documented: OpenAI, Anthropic,
+Gemini, OpenRouter, Azure, vLLM, Ollama, and the message-only overload texts
+OpenAI and compatible servers send.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from switchyard_core.apis.errors import (
 
 RETRY, NEXT, FATAL = Decision.RETRY, Decision.NEXT_UPSTREAM, Decision.FATAL
 
-# §8 texts 1, 2, 3, 4, 6, 7, 8 (exact, including the variable parts as quoted)
+# message-only overload texts (exact, including the variable parts as seen)
 OVERLOAD_TEXTS = {
     "8.1": "Our servers are currently overloaded. Please try again later.",
     "8.2": "Selected model is at capacity. Please try a different model.",
@@ -54,17 +55,17 @@ OVERLOAD_TEXTS = {
 
 ERROR_INFO_CASES: list[tuple[str, Any, dict[str, Any]]] = [
     (
-        "numeric code (vLLM §6.2)",
+        "numeric code (vLLM)",
         {"error": {"message": "boom", "type": "InternalServerError", "param": None, "code": 500}},
         {"status": 500, "code": None, "type": "InternalServerError", "message": "boom"},
     ),
     (
-        "numeric code 503 (OpenRouter §5)",
+        "numeric code 503 (OpenRouter)",
         {"error": {"code": 503, "message": "No provider"}},
         {"status": 503, "code": None, "message": "No provider"},
     ),
     (
-        "numeric string code (Azure §6.1)",
+        "numeric string code (Azure)",
         {"error": {"code": "429", "message": "Requests to the ... Please retry after 20 seconds."}},
         {"status": 429, "code": None, "type": None},
     ),
@@ -74,27 +75,27 @@ ERROR_INFO_CASES: list[tuple[str, Any, dict[str, Any]]] = [
         {"status": None, "code": "server_is_overloaded", "type": "server_error"},
     ),
     (
-        "null code (OpenAI §1.5)",
+        "null code (OpenAI)",
         {"error": {"message": "m", "type": "server_error", "param": None, "code": None}},
         {"status": None, "code": None, "type": "server_error"},
     ),
     (
-        "Gemini code + status (§4.2)",
+        "Gemini code + status",
         {"error": {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}},
         {"status": 503, "code": None, "message": "The model is overloaded. Please try again later."},
     ),
     (
-        "Azure content_filter with numeric status (§6.1)",
+        "Azure content_filter with numeric status",
         {"error": {"message": "filtered", "type": None, "param": "prompt", "code": "content_filter", "status": 400}},
         {"status": 400, "code": "content_filter", "type": None},
     ),
     (
-        "vLLM old top-level object:error (§6.2)",
+        "vLLM old top-level object:error",
         {"object": "error", "message": "bad", "type": "BadRequestError", "param": None, "code": 400},
         {"status": 400, "type": "BadRequestError", "message": "bad"},
     ),
     (
-        "vLLM old nested object:error (§6.2)",
+        "vLLM old nested object:error",
         {"error": {"object": "error", "message": "bad", "type": "BadRequestError", "param": None, "code": 400}},
         {"status": 400, "type": "BadRequestError", "message": "bad"},
     ),
@@ -104,17 +105,17 @@ ERROR_INFO_CASES: list[tuple[str, Any, dict[str, Any]]] = [
         {"status": None, "code": None, "type": None, "message": "upstream exploded"},
     ),
     (
-        "Anthropic nested type:error (§3.5)",
+        "Anthropic nested type:error",
         {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
         {"status": None, "code": None, "type": "overloaded_error", "message": "Overloaded"},
     ),
     (
-        "Responses flat error event (§2.5)",
+        "Responses flat error event",
         {"type": "error", "code": "server_is_overloaded", "message": "m", "param": None, "sequence_number": 2},
         {"code": "server_is_overloaded", "type": None, "message": "m"},
     ),
     (
-        "Gemini 429 RESOURCE_EXHAUSTED (§4.2)",
+        "Gemini 429 RESOURCE_EXHAUSTED",
         {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Quota exceeded"}},
         {"status": 429, "code": None},
     ),
@@ -196,7 +197,7 @@ def test_http_error_info_non_json_body() -> None:
 
 
 def test_http_error_info_pretty_printed_json() -> None:
-    # reference §1.5(a), pretty-printed 400
+    # OpenAI's pretty-printed 400
     body = (
         b'{\n  "error": {\n    "message": "Mutually exclusive parameters: \'\'. Ensure you are only providing one of: '
         b'\'pre..._id\' or \'conversation\'.",\n    "type": "invalid_request_error",\n    "param": null,\n'
@@ -244,32 +245,32 @@ HTTP_CASES: list[tuple[str, int, bytes, Decision]] = [
     *[(f"status {s}", s, b"", RETRY) for s in (408, 429, 500, 502, 503, 504, 529)],
     ("nginx 502 page", 502, NGINX_502, RETRY),
     (
-        "Anthropic 529 overloaded_error (§3.5)",
+        "Anthropic 529 overloaded_error",
         529,
         b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}',
         RETRY,
     ),
     (
-        "Anthropic 429 rate_limit_error (§3.5)",
+        "Anthropic 429 rate_limit_error",
         429,
         _body({"type": "error", "error": {"type": "rate_limit_error", "message": "This request would exceed ..."}}),
         RETRY,
     ),
     (
-        "Gemini 503 UNAVAILABLE (§4.2)",
+        "Gemini 503 UNAVAILABLE",
         503,
         b'{\n  "error": {\n    "code": 503,\n    "message": "The model is overloaded. Please try again later.",\n'
         b'    "status": "UNAVAILABLE"\n  }\n}\n',
         RETRY,
     ),
     (
-        "Azure 429 numeric-string code (§6.1)",
+        "Azure 429 numeric-string code",
         429,
         _body({"error": {"code": "429", "message": "Requests to the ... Please retry after 20 seconds."}}),
         RETRY,
     ),
     (
-        "OpenAI 503 overloaded text (§1.5a)",
+        "OpenAI 503 overloaded text",
         503,
         _body({"error": {"message": OVERLOAD_TEXTS["8.6"], "type": "server_error", "param": None, "code": None}}),
         RETRY,
@@ -296,13 +297,13 @@ HTTP_CASES: list[tuple[str, int, bytes, Decision]] = [
     # fatal
     *[(f"status {s}", s, b"", FATAL) for s in (400, 401, 403, 404, 413, 418, 422)],
     (
-        "Azure content_filter 400 (§6.1)",
+        "Azure content_filter 400",
         400,
         _body({"error": {"message": "The response was filtered due to the prompt triggering Azure OpenAI's content management policy.", "type": None, "param": "prompt", "code": "content_filter", "status": 400}}),
         FATAL,
     ),
     (
-        "OpenRouter invalid model 400 (§5)",
+        "OpenRouter invalid model 400",
         400,
         b'{"error": {"code": 400, "message": "Invalid model specified"}}',
         FATAL,
@@ -405,7 +406,7 @@ def test_overload_text_is_retryable_whatever_else_says(key: str, status: int | N
 
 @pytest.mark.parametrize("key", sorted(OVERLOAD_TEXTS))
 def test_overload_text_in_a_400_http_body(key: str) -> None:
-    # §8.1 "also HTTP 400 with message only"; §8.2 under invalid_request_error
+    # the first text also comes as an HTTP 400 with a message only; the second under invalid_request_error
     body = _body({"error": {"message": OVERLOAD_TEXTS[key], "type": "invalid_request_error", "param": None, "code": None}})
     info = http_error_info(400, body)
     assert info.status == 400 and info.type == "invalid_request_error"
@@ -467,7 +468,7 @@ def test_custom_retry_on() -> None:
 
 
 def test_precedence_retry_on_status_beats_a_fatal_type() -> None:
-    # DESIGN §3: "... a retryable code or type; a retry_on status; else fatal"
+    # the precedence: "... a retryable code or type; a retry_on status; else fatal"
     info = ErrorInfo(status=503, type="invalid_request_error", message="bad")
     assert ErrorPolicy().decide(info) is RETRY
 
@@ -478,21 +479,21 @@ def test_capacity_codes() -> None:
 
 # end to end through error_info: in-stream carriers (no HTTP status)
 STREAM_BODY_CASES: list[tuple[str, Any, Decision]] = [
-    ("vLLM 400 first frame (§6.2)", {"error": {"message": "…", "type": "BadRequestError", "param": None, "code": 400}}, FATAL),
+    ("vLLM 400 first frame", {"error": {"message": "…", "type": "BadRequestError", "param": None, "code": 400}}, FATAL),
     ("vLLM 500", {"error": {"message": "…", "type": "InternalServerError", "param": None, "code": 500}}, RETRY),
-    ("OpenRouter 502 (§5)", {"error": {"code": 502, "message": "Provider disconnected unexpectedly", "metadata": {"error_type": "provider_unavailable"}}}, RETRY),
-    ("OpenRouter 429 (§5)", {"error": {"code": 429, "message": "Provider returned error", "metadata": {"error_type": "rate_limit_exceeded", "retry_after_seconds": 0}}}, RETRY),
-    ("OpenRouter 504 (§5)", {"error": {"code": 504, "message": "Upstream idle timeout exceeded", "metadata": {"provider_name": "fixture"}}}, RETRY),
-    ("OpenRouter docs server_error (§5)", {"error": {"code": "server_error", "message": "Provider disconnected unexpectedly"}}, RETRY),
-    ("Ollama api_error (§6.3)", {"error": {"message": "…", "type": "api_error", "param": None, "code": None}}, RETRY),
-    ("Ollama invalid_request_error (§6.3)", {"error": {"message": "…", "type": "invalid_request_error", "param": None, "code": None}}, FATAL),
-    ("Ollama not_found_error (§6.3)", {"error": {"message": "…", "type": "not_found_error", "param": None, "code": None}}, FATAL),
-    ("go-openai typo type + text 4 (§1.5b)", {"error": {"message": OVERLOAD_TEXTS["8.4"], "type": "server_ error", "param": None, "code": None}}, RETRY),
-    ("Anthropic overloaded_error (§3.5)", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, RETRY),
-    ("Anthropic api_error Overloaded (§3.5)", {"type": "error", "error": {"type": "api_error", "message": "Overloaded"}}, RETRY),
-    ("Gemini 503 in stream (§4.2)", {"error": {"code": 503, "message": "This model is currently experiencing high demand.", "status": "UNAVAILABLE"}}, RETRY),
-    ("Gemini 429 in stream (§4.2)", {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Quota exceeded"}}, RETRY),
-    ("Azure 429 string (§6.1)", {"error": {"code": "429", "message": "Please retry after 20 seconds."}}, RETRY),
+    ("OpenRouter 502", {"error": {"code": 502, "message": "Provider disconnected unexpectedly", "metadata": {"error_type": "provider_unavailable"}}}, RETRY),
+    ("OpenRouter 429", {"error": {"code": 429, "message": "Provider returned error", "metadata": {"error_type": "rate_limit_exceeded", "retry_after_seconds": 0}}}, RETRY),
+    ("OpenRouter 504", {"error": {"code": 504, "message": "Upstream idle timeout exceeded", "metadata": {"provider_name": "fixture"}}}, RETRY),
+    ("OpenRouter docs server_error", {"error": {"code": "server_error", "message": "Provider disconnected unexpectedly"}}, RETRY),
+    ("Ollama api_error", {"error": {"message": "…", "type": "api_error", "param": None, "code": None}}, RETRY),
+    ("Ollama invalid_request_error", {"error": {"message": "…", "type": "invalid_request_error", "param": None, "code": None}}, FATAL),
+    ("Ollama not_found_error", {"error": {"message": "…", "type": "not_found_error", "param": None, "code": None}}, FATAL),
+    ("go-openai typo type + text 4", {"error": {"message": OVERLOAD_TEXTS["8.4"], "type": "server_ error", "param": None, "code": None}}, RETRY),
+    ("Anthropic overloaded_error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, RETRY),
+    ("Anthropic api_error Overloaded", {"type": "error", "error": {"type": "api_error", "message": "Overloaded"}}, RETRY),
+    ("Gemini 503 in stream", {"error": {"code": 503, "message": "This model is currently experiencing high demand.", "status": "UNAVAILABLE"}}, RETRY),
+    ("Gemini 429 in stream", {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Quota exceeded"}}, RETRY),
+    ("Azure 429 string", {"error": {"code": "429", "message": "Please retry after 20 seconds."}}, RETRY),
     ("{'error': 'text'}", {"error": "something went wrong"}, FATAL),
     ("{'error': overload text}", {"error": OVERLOAD_TEXTS["8.1"]}, RETRY),
     ("vLLM old top-level 500", {"object": "error", "message": "engine dead", "type": "InternalServerError", "param": None, "code": 500}, RETRY),

@@ -270,7 +270,7 @@ _JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(_KEYS), inner, max_size=5),
     max_leaves=25,
 )
-# the providers' shapes (reference), with any JSON where a field's value goes
+# the providers' shapes, with any JSON where a field's value goes
 _SHAPED = st.one_of(
     st.fixed_dictionaries({"choices": st.lists(st.fixed_dictionaries(
         {}, optional={"index": _JSON, "delta": _JSON, "finish_reason": _JSON, "message": _JSON}), max_size=2)},

@@ -1,7 +1,7 @@
-"""FrameSplitter / parse_frame: byte-exact framing and the parsed view (DESIGN §3, §6).
+"""FrameSplitter / parse_frame: byte-exact framing and the parsed view.
 
-Wire facts come from reference/provider-sse-shapes.md §0 (framing) and §9
-(parser robustness cases).
+Wire facts are the providers' and SDKs' own: how they frame events, and the
+cases their parsers had to survive.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_line_endings(eol: bytes) -> None:
 
 
 def test_gemini_crlf_frames() -> None:
-    # reference §0.1 / §9 #14: Gemini alt=sse separates events with CRLF CRLF
+    # Gemini alt=sse separates events with CRLF CRLF
     data = (
         b'data: {"error": {"code": 503, "message": "The model is overloaded. Please try again later.",'
         b' "status": "UNAVAILABLE"}}\r\n\r\n'
@@ -139,7 +139,7 @@ def test_mixed_line_endings_in_one_stream() -> None:
 
 
 def test_comments_are_comment_only() -> None:
-    # reference §0.2: keep-alive comments seen in the wild
+    # keep-alive comments seen in the wild
     data = b": OPENROUTER PROCESSING\n\n: keep-alive\n\n: ping\n\ndata: {}\n\n"
     frames = check_all_chunkings(data)
     assert frames[:3] == [b": OPENROUTER PROCESSING\n\n", b": keep-alive\n\n", b": ping\n\n"]
@@ -161,7 +161,6 @@ def test_comment_inside_an_event_is_ignored() -> None:
     ids=["with-space", "no-space"],
 )
 def test_data_with_and_without_space(raw: bytes) -> None:
-    # reference §0.3
     event = parse_frame(raw)
     assert event.data == '{"k":"v"}'
     assert event.json() == {"k": "v"}
@@ -216,7 +215,7 @@ def test_trailing_blank_lines_are_kept_at_finish() -> None:
 
 
 def test_anthropic_whitespace_padded_json() -> None:
-    # reference §0.4 / §3.1: padding before the closing brace varies
+    # Anthropic: padding before the closing brace varies
     data = (
         b"event: content_block_stop\n"
         b'data: {"type":"content_block_stop","index":0        }\n\n'
@@ -232,7 +231,7 @@ def test_anthropic_whitespace_padded_json() -> None:
 
 
 def test_bare_multiline_json_error_without_data_prefix() -> None:
-    # go-openai TestCreateChatCompletionStreamError (reference §0.6, §9): each
+    # go-openai TestCreateChatCompletionStreamError: each
     # line written with "\n", no blank line, no data: prefix, on a 200 event-stream
     body = b"".join(
         line + b"\n"
@@ -266,7 +265,7 @@ def test_bare_multiline_json_error_without_data_prefix() -> None:
 
 
 def test_bare_json_single_line_ollama() -> None:
-    # reference §6.3: json.Encoder writes the object and one "\n"
+    # Ollama: json.Encoder writes the object and one "\n"
     raw = b'{"error":{"message":"\xe2\x80\xa6","type":"api_error","param":null,"code":null}}\n'
     event = parse_frame(raw)
     assert event.bare_json

@@ -58,7 +58,7 @@ def plan_after_failure(
     max_backoff_ms: int,
     jitter: Callable[[], float] = random.random,
 ) -> Plan:
-    """DESIGN §4: the same upstream within budget (with backoff), then the next, else give up.
+    """The same upstream within budget (with backoff), then the next, else give up.
 
     A `Retry-After` longer than `max_backoff_ms` moves on instead of waiting; a
     timeout moves on at once when there is somewhere to go, because retrying a

@@ -1,4 +1,4 @@
-"""Wire frames in each provider's real shape (reference: provider-sse-shapes.md).
+"""Wire frames in each provider's real shape, as recorded or documented.
 
 Normal answers carry the upstream's name in their text so a test can tell,
 byte for byte, whose answer the client got.
@@ -21,7 +21,7 @@ def event(name: str, obj: object) -> bytes:
     return f"event: {name}\n".encode() + data(obj)
 
 
-# --- OpenAI Chat Completions (§1.1) ------------------------------------------------
+# --- OpenAI Chat Completions ------------------------------------------------
 
 def chat_chunk(delta: dict, finish: str | None = None, cid: str = "chatcmpl-1") -> bytes:
     return data(
@@ -58,7 +58,7 @@ def chat_stream(text: str, cid: str = "chatcmpl-1") -> list[bytes]:
 
 
 def chat_error(code: object, message: str, **extra: object) -> bytes:
-    """The in-stream error of the issue's headline scenario (reference §1.5b)."""
+    """The in-stream error Switchyard exists for: a 503 inside a 200 stream."""
     return data({"id": "c1", "object": "chat.completion.chunk", "choices": [], "error": {"code": code, "message": message, **extra}})
 
 
@@ -73,7 +73,7 @@ def chat_completion(text: str) -> dict:
     }
 
 
-# --- OpenAI Responses (§2.2) ------------------------------------------------------
+# --- OpenAI Responses ------------------------------------------------------
 
 def responses_stream(text: str, rid: str = "resp_1") -> list[bytes]:
     base = {"id": rid, "object": "response", "created_at": 1761565462, "model": "gpt-4o", "output": []}
@@ -94,7 +94,7 @@ def responses_stream(text: str, rid: str = "resp_1") -> list[bytes]:
     return frames
 
 
-# --- Anthropic Messages (§3.1) ----------------------------------------------------
+# --- Anthropic Messages ----------------------------------------------------
 
 def anthropic_stream(text: str, mid: str = "msg_1") -> list[bytes]:
     frames = [

@@ -4,7 +4,8 @@ mitmproxy relays WebSocket messages itself, so this addon works on its
 `websocket_message` hook: a dropped message never reaches the other side and
 `inject.websocket` sends one either way.  Each client `response.create` starts
 a turn.  The server's lifecycle messages of a turn are held until its first
-output (DESIGN §3, `openai-responses`), then sent in order, followed by
+output (as the `openai-responses` classifier tells them apart; see
+docs/architecture.md, "What counts as output"), then sent in order, followed by
 everything else.
 
 A retryable failure before output in the *first* turn of a connection is

@@ -4,7 +4,8 @@ Answer content is any `content_block_delta` (text, tool input, thinking,
 signature, citations), a block that starts with content of its own (tool use,
 server tool use, redacted thinking, any other or non-empty block), and
 `message_delta`: it carries the stop reason, so a refusal with an empty text
-block (reference §3.4) commits instead of being mistaken for an empty answer.
+block (Anthropic sends one, with no error) commits instead of being mistaken for an
+empty answer.
 `message_start`, an empty text or thinking block start and `content_block_stop`
 are lifecycle; `ping` is a keepalive; `message_stop` ends the stream.  The
 event type is read from data's "type" and, for data-only frames, from the

@@ -1,4 +1,5 @@
-"""Reading provider errors and deciding what they are worth (DESIGN §3).
+"""Reading provider errors and deciding what they are worth (docs/architecture.md,
+"What counts as output", holds the precedence).
 
 Providers put the same transient overload in many places: a status, a code
 (string, number or numeric string), a type, or only a message.  `error_info`
@@ -47,7 +48,8 @@ NEXT_UPSTREAM_CODES: frozenset[str] = frozenset(
 # Anthropic reports an over-long prompt as invalid_request_error with only this text.
 NEXT_UPSTREAM_TEXTS: tuple[str, ...] = ("prompt is too long", "exceeds the context window")
 
-# Message-only capacity texts (reference §8), matched case-insensitively as
+# Message-only capacity texts, seen from OpenAI and OpenAI-compatible servers even under
+# a 400 or with no status at all; matched case-insensitively as
 # substrings, whatever the status or code beside them says.
 OVERLOAD_TEXTS: tuple[str, ...] = (
     "servers are currently overloaded",

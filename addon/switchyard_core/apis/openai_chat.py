@@ -72,7 +72,7 @@ def _choice_error(choice: Mapping[str, Any], top: Mapping[str, Any]) -> ErrorInf
     reason = choice.get("finish_reason")
     if found is not None:
         # the finish reason vouches for "transient" only when the error gives
-        # no status of its own: a 400 beside it stays fatal (DESIGN §3)
+        # no status of its own: a 400 beside it stays fatal
         return replace(found, event_type="finish_reason", retryable_hint=found.status is None)
     if reason == "insufficient_system_resource":
         return ErrorInfo(

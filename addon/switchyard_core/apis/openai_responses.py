@@ -54,7 +54,7 @@ _TOOL_PREFIXES = (
 )
 _PROGRESS_SUFFIXES = (".in_progress", ".searching", ".generating", ".interpreting")
 
-# For the item types the reference names, only these fields hold content:
+# For the item types the Responses API defines, only these fields hold content:
 # a function call's name and call_id are a header, like Chat's tool-call header,
 # and a reasoning item's encrypted_content is opaque state, not an answer.
 _ITEM_CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -80,7 +80,7 @@ _EVENT_META = frozenset(
     }
 )
 
-# Codex occasionally streams its overload notice as the answer (reference §2.6).
+# The ChatGPT backend Codex talks to occasionally streams its overload notice as the answer.
 OVERLOAD_OUTPUT_TEXT = "Our servers are currently overloaded. Please try again later."
 
 
@@ -107,7 +107,7 @@ def failed_info(obj: Any, *, event_type: str = "response.failed") -> ErrorInfo:
     """The error of a `response.failed` event or a failed response object.
 
     Reads `response.error`, then a non-standard top-level `error`, then a
-    top-level `message` (reference §2.4).  A failed response is the server's own
+    top-level `message` (gateways send all three).  A failed response is the server's own
     statement that generation failed, so with no code or type it is a hint of a
     transient failure, as Chat's `finish_reason: "error"` is.
     """

@@ -65,7 +65,7 @@ class AttemptLog:
         else:
             # the first answer's plain success: logged when the exchange ends, not now.
             # Now is the first token's moment, and a log line (its formatting, the
-            # terminal write, mitmproxy's log hook over every addon) cost it ~0.1 ms
+            # terminal write, mitmproxy's log hook over every addon) would delay it
             self._quiet_commit = (record, first_event)
 
     def finished(self) -> None:

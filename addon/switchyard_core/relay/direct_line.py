@@ -2,11 +2,11 @@
 
 mitmproxy reads the relay's answer from a socket in its own process.  Every
 frame through that socket costs a `send`, a `recv` and a wake-up in the kernel,
-plus asyncio's transport work at both ends: at concurrency 50 that was about a
-tenth of plain mitmdump's whole CPU per stream (issue 6: 1.31x → 1.20x of
-plain).  So the relay connection still carries the request, and still ends
-when mitmproxy or the relay ends it, but the answer's bytes are fed straight
-to the `asyncio.StreamReader` mitmproxy reads that very connection with.
+plus asyncio's transport work at both ends, for every frame of every stream
+(see docs/architecture.md, "Speed").  So the relay connection still carries
+the request, and still ends when mitmproxy or the relay ends it, but the
+answer's bytes are fed straight to the `asyncio.StreamReader` mitmproxy reads
+that very connection with.
 mitmproxy sees the same bytes in the same order; it just gets them sooner.
 
 Why it is safe:

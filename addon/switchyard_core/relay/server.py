@@ -6,14 +6,15 @@ attempt loop and answers with the winner's stream.  It listens on 127.0.0.1
 only and serves only single-use tokens the addon issued: it is never an open
 proxy.
 
-Each connection from mitmproxy is a `RelayConnection` (connection.py).
+Each connection from mitmproxy is a `RelayConnection`, each request on it
+answered by a `RelayAnswer` (connection.py).
 
 The head goes to mitmproxy at once, provisional (`x-switchyard-provisional`),
-while the attempt loop works: mitmproxy reads and hooks a response head in
-about half a millisecond, and doing that while the upstream is still thinking
-takes it off the first token's path.  The Router's `responseheaders` hook
-waits for the real head (`Exchange.head`) and puts it in place before
-mitmproxy sends anything to the client.
+while the attempt loop works: mitmproxy's own work on a response head (reading
+it, its hooks) then happens while the upstream is still thinking, off the first
+token's path.  The Router's `responseheaders` hook waits for the real head
+(`Exchange.head`) and puts it in place before mitmproxy sends anything to the
+client.
 """
 
 from __future__ import annotations

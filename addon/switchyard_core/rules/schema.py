@@ -1,4 +1,4 @@
-"""The `rules.yaml` version 1 contract (DESIGN §5), as pydantic models.
+"""The `rules.yaml` version 1 contract (the README's "Rules" section), as pydantic models.
 
 These models describe the file exactly as users write it: every key is
 checked, unknown keys are errors, and nothing is resolved yet.  `loader`

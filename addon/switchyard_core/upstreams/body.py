@@ -4,8 +4,9 @@ Before an attempt commits, the loop *pulls* (`read_some`): it must stay free to
 time out, discard the attempt and move on.  Once it has committed, the rest is
 *pushed* (`pipe`): each read from the upstream goes through the gate to the
 client inside the upstream connection's own callback.  Waking the loop's task
-once per frame cost more CPU than all the rest of the relay's work on that
-frame (issue 6), and a committed stream is most of every answer's frames.
+once per frame would cost more CPU than all the rest of the relay's work on
+that frame, and a committed stream is most of every answer's frames (see
+docs/architecture.md, "Speed").
 """
 
 from __future__ import annotations

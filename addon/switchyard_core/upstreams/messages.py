@@ -255,7 +255,8 @@ async def read_bounded(answer: Answer, limit: int, timeout_s: float | None) -> t
 def transport_failure(exc: BaseException) -> ErrorInfo:
     """A transport failure, described without anything from the request.
 
-    Retryable in its own right (DESIGN §3), whatever the route's `retry_on` says."""
+    Retryable in its own right, whatever the route's `retry_on` says: the upstream never
+    answered, so asking it (or the next one) again is safe."""
     if isinstance(exc, socket.gaierror):
         what = "name does not resolve"
     elif isinstance(exc, ssl.SSLCertVerificationError):
