@@ -14,7 +14,8 @@ never use a failure up: HEAD gets headers without a body, GET .../models a model
 list, POST .../count_tokens a token count.
 
 Failure kinds:
-  sse_503, sse_429       HTTP 200, then an error as the first frame
+  sse_503, sse_429, sse_529  HTTP 200, then an error as the first frame (Anthropic's
+                         overloaded_error for 503 and 529)
   lifecycle_error        the lifecycle frames (role chunk, response.created,
                          message_start + ping), then an in-stream 503 error
   response_failed        Responses: response.created, then response.failed

@@ -82,7 +82,7 @@ def side_reply(method: str, path: str, headers: Mapping[str, str]) -> "Reply | N
     return None
 
 
-FAILURES = ("sse_503", "sse_429", "lifecycle_error", "response_failed", "overload_message", "http_503",
+FAILURES = ("sse_503", "sse_429", "sse_529", "lifecycle_error", "response_failed", "overload_message", "http_503",
             "http_429", "http_529", "reset", "lifecycle_reset", "stall", "lifecycle_stall")
 STALL_S = 3600.0
 
