@@ -39,7 +39,7 @@ def run_codex(bed: ClientBed, base_url: str, name: str, env: dict[str, str] | No
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
     (codex_home / "config.toml").write_text(codex_config(base_url))
-    return bed.run([agent_binary("codex"), "exec", "--skip-git-repo-check", "-m", "gpt-4o", "Say hello"],
+    return bed.run([agent_binary("codex"), "exec", "--skip-git-repo-check", "Say hello"],
                    {"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": API_KEY, **(env or {})}, home)
 
 

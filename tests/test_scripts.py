@@ -84,6 +84,44 @@ def test_the_demo_shows_a_fallback_end_to_end() -> None:
     shutil.rmtree(kept)
 
 
+def test_try_prints_the_base_url_for_your_client_and_the_log_as_it_comes(tmp_path: Path) -> None:
+    process = subprocess.Popen([str(ROOT / "scripts" / "try"), "--fail", "sse_503:always"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        printed: list[str] = []
+        while not any("Ctrl-C to stop" in line for line in printed):  # bounded by the reads' end below
+            line = process.stdout.readline()
+            assert line, "scripts/try ended early:\n" + "".join(printed)
+            printed.append(line)
+        text = "".join(printed)
+        base = text.split("OpenAI-style clients", 1)[1].split("http://", 1)[1].split()[0]
+        assert base.endswith("/primary/v1")
+        anthropic_base = text.split("Anthropic-style clients", 1)[1].split("http://", 1)[1].split()[0]
+        rules = Path(text.split("Rules: ", 1)[1].split()[0])
+        assert "match: {path: /primary/v1/chat/completions}" in rules.read_text()
+        chat = openai.OpenAI(api_key="sk-anything", base_url=f"http://{base}", max_retries=0)
+        stream = chat.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                              stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == wire.answer_text("backup")
+        claude = anthropic.Anthropic(api_key="sk-anything", base_url=f"http://{anthropic_base}", max_retries=0)
+        with claude.messages.stream(model="claude-sonnet-4-5", max_tokens=50,
+                                    messages=[{"role": "user", "content": "hi"}]) as answer:
+            assert "".join(answer.text_stream) == wire.answer_text("backup")
+        # what to watch: the log lines, printed as they come
+        seen: list[str] = []
+        while sum("switchyard.fallback_answered" in line for line in seen) < 2:
+            line = process.stdout.readline()
+            assert line, "scripts/try ended early:\n" + "".join(seen)
+            seen.append(line)
+        log = "".join(seen)
+        assert "switchyard.attempt_failed route=try-chat upstream=primary attempt=1" in log
+        assert "switchyard.fallback_answered route=try-messages upstream=backup attempt=3" in log
+    finally:
+        process.terminate()
+        process.wait(20)
+
+
 # --- the fake provider from a plain shell ---------------------------------------------------
 
 
