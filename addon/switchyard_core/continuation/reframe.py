@@ -46,8 +46,7 @@ def _event(name: str, data: Any) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + _dumps(data) + b"\n\n"
 
 
-def _comment(event: SseEvent) -> bytes:
-    return b": switchyard keepalive\n\n" if event.comment_only else b""
+_KEEPALIVE = b": switchyard keepalive\n\n"
 
 
 class _Base:
@@ -55,6 +54,11 @@ class _Base:
         self.transcript = transcript
         self.overlap = overlap
         self.forwarded = 0
+
+    def _keepalive(self, frame: bytes) -> bytes:
+        """A keepalive (a comment, a ping) once the continuation's text flows; before,
+        nothing: a try that fails leaves no trace with the client."""
+        return frame if self.forwarded else b""
 
     def _text(self, text: str) -> str:
         new = self.overlap.take(text)
@@ -68,7 +72,7 @@ class _Base:
 class ChatReframer(_Base):
     def feed(self, event: SseEvent) -> bytes:
         if event.comment_only:
-            return _comment(event)
+            return self._keepalive(_KEEPALIVE)
         if event.data == "[DONE]":
             self.overlap.ended()
             return b"data: [DONE]\n\n"
@@ -132,7 +136,7 @@ class ResponsesReframer(_Base):
 
     def feed(self, event: SseEvent) -> bytes:
         if event.comment_only:
-            return _comment(event)
+            return self._keepalive(_KEEPALIVE)
         if event.data == "[DONE]":
             self.overlap.ended()
             return b"data: [DONE]\n\n"
@@ -213,7 +217,7 @@ class AnthropicReframer(_Base):
 
     def feed(self, event: SseEvent) -> bytes:
         if event.comment_only:
-            return _comment(event)
+            return self._keepalive(_KEEPALIVE)
         data = event.json()
         if not isinstance(data, dict):
             self.overlap.not_text("a frame that is not JSON")
@@ -222,7 +226,7 @@ class AnthropicReframer(_Base):
         if kind == "message_start":
             return b""  # the client has the message open
         if kind == "ping":
-            return _event(kind, data)
+            return self._keepalive(_event(kind, data))
         index = data.get("index")
         if kind == "content_block_start":
             block = data.get("content_block") or {}
