@@ -136,7 +136,7 @@ def _continuations(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[st
     if not tries:
         return
     cut = next((r for r in reversed(exchange.attempts) if r.outcome == "committed"), None)
-    what = f"{cut.upstream}: {cut.message or 'cut'} after output" if cut else "cut after output"
+    what = f"{cut.upstream}: {cut.message or 'cut after output'}" if cut else "cut after output"
     if exchange.outcome == "continued":
         counters["continued_after_cut"] += 1
         last = tries[-1]
