@@ -317,3 +317,17 @@ def test_without_continue_after_cut_a_cut_is_todays_clean_error(cenv: Env, api: 
     assert upstreams(cenv) == ["c-off"]
     log = cenv.mitm.wait_for_log("switchyard.stream_cut_after_output", mark)
     assert "continu" not in log
+
+
+def test_a_continuation_cut_in_turn_is_finished_from_where_it_got_to(cenv: Env) -> None:
+    api = "openai-chat"
+    partial = stream(api, REST, "cont")[:3]  # its role chunk and two words, then it breaks too
+    cenv.provider.script("c-primary", cut_after(api, 3, RESET), regenerated(api))
+    cenv.provider.script("c-backup", Reply.sse(*partial, RESET))
+    mark = cenv.mitm.log_mark()
+    assert sdk_text(cenv, api) == FULL
+    assert upstreams(cenv) == ["c-primary", "c-backup", "c-primary"]
+    log = cenv.mitm.wait_for_log("switchyard.continued_after_cut", mark, count=2)
+    regenerated_line = [line for line in log.splitlines() if "continued_after_cut" in line][1]
+    assert "strategy=regenerate" in regenerated_line
+    assert f"chars_sent={len(SENT) + len(''.join(wire.chat_words(REST)[:2]))}" in regenerated_line
