@@ -12,7 +12,7 @@ import anthropic
 import openai
 import pytest
 
-from switchyard_core.protocols import APIS
+from switchyard_core.apis import APIS
 from switchyard_core.sse import FrameSplitter
 from tests.conftest import BODY_MARKER, CLIENT_SECRET, Env
 from tests.support import wire

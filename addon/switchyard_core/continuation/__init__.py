@@ -3,7 +3,7 @@
 What plain text the client already has (`transcript`), the request that asks
 for the rest (`request`), whether regenerated text begins with what was sent
 (`overlap`), and continuation frames re-framed into the original stream
-(`reframe`).  The relay's `relay/continuation.py` does the I/O between them.
+(`reframe`).  `attempts/continuation.py` does the I/O between them.
 """
 
 from .overlap import Diverged, Overlap

@@ -50,6 +50,8 @@ _KEEPALIVE = b": switchyard keepalive\n\n"
 
 
 class _Base:
+    """What every API's re-framer keeps: the original's ids, the overlap, what went out."""
+
     def __init__(self, transcript: Transcript, overlap: Overlap) -> None:
         self.transcript = transcript
         self.overlap = overlap
@@ -59,6 +61,9 @@ class _Base:
         """A keepalive (a comment, a ping) once the continuation's text flows; before,
         nothing: a try that fails leaves no trace with the client."""
         return frame if self.forwarded else b""
+
+    def feed(self, event: SseEvent) -> bytes:
+        raise NotImplementedError
 
     def _text(self, text: str) -> str:
         new = self.overlap.take(text)
@@ -144,7 +149,7 @@ class ResponsesReframer(_Base):
         if not isinstance(data, dict):
             self.overlap.not_text("a frame that is not JSON")
             return b""
-        kind = data.get("type") or event.event or ""
+        kind = str(data.get("type") or event.event or "")
         if kind in _RESPONSE_LIFECYCLE:
             return b""
         if kind == "response.output_item.added":
@@ -222,7 +227,7 @@ class AnthropicReframer(_Base):
         if not isinstance(data, dict):
             self.overlap.not_text("a frame that is not JSON")
             return b""
-        kind = data.get("type") or event.event or ""
+        kind = str(data.get("type") or event.event or "")
         if kind == "message_start":
             return b""  # the client has the message open
         if kind == "ping":
@@ -248,7 +253,7 @@ class AnthropicReframer(_Base):
                     return b""
                 data = {**data, "delta": {**delta, "text": text}}
             else:
-                self.overlap.not_text(delta.get("type") if isinstance(delta, dict) else "a delta")
+                self.overlap.not_text(str(delta.get("type")) if isinstance(delta, dict) else "a delta")
         elif kind in ("content_block_stop", "message_delta", "message_stop"):
             self.overlap.ended()
         if isinstance(index, int) and self._block is not None:

@@ -136,7 +136,7 @@ def _responses(events: list[Any], request: dict[str, Any]) -> Transcript:
     sequence: int | None = None
     text: list[str] = []
     for name, data in _objects(events):
-        kind = data.get("type") or name
+        kind = str(data.get("type") or name or "")
         number = data.get("sequence_number")
         if isinstance(number, int) and not isinstance(number, bool):
             sequence = number if sequence is None else max(sequence, number)
@@ -185,7 +185,7 @@ def _anthropic(events: list[Any], request: dict[str, Any]) -> Transcript:
     index: int | None = None
     text: list[str] = []
     for name, data in _objects(events):
-        kind = data.get("type") or name
+        kind = str(data.get("type") or name or "")
         if kind == "ping":
             continue
         if kind == "message_start":

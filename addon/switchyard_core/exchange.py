@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from ..rules import Route
+from .rules import Route
 
 if TYPE_CHECKING:
-    from ..faults import FaultPlan
+    from .faults import FaultPlan
 
 
 @dataclass(frozen=True, slots=True)

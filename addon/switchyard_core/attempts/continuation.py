@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from .. import observe
+from ..apis import Api, FrameKind
+from ..apis.errors import http_error_info
 from ..continuation import (
     Diverged,
     NotContinuable,
@@ -34,15 +36,11 @@ from ..continuation import (
     reframer_for,
 )
 from ..continuation.reframe import Reframer
-from ..protocols import Api, FrameKind
-from ..protocols.errors import http_error_info
+from ..exchange import AttemptRecord, Exchange
 from ..rules import Upstream
 from ..sse import FrameSplitter
-from .attempt_log import AttemptLog
-from .client_side import ClientStream
-from .exchange import AttemptRecord, Exchange
-from .silence import Silence
-from .upstream import (
+from ..upstreams.client import UpstreamClient
+from ..upstreams.messages import (
     Answer,
     ConnectTimeout,
     build_request,
@@ -53,7 +51,9 @@ from .upstream import (
     secret_header_names,
     transport_failure,
 )
-from .upstream_client import UpstreamClient
+from .client_stream import ClientStream
+from .log import AttemptLog
+from .read_deadline import Silence
 
 ERROR_BODY_LIMIT = 64 * 1024  # of a continuation's failed answer: kept to show in mitmweb
 
@@ -84,7 +84,18 @@ class Continuation:
         return bool(self.settings.continue_after_cut) and self.exchange.request.wants_stream
 
     async def finish(self, cut: AttemptRecord, message: str) -> bool:
-        """Try to finish the answer `cut` left unfinished; True if the client's answer is whole."""
+        """Try to finish the answer `cut` left unfinished; True if the client's answer is whole.
+
+        A bug here must not cost the client the original cut's clean error."""
+        try:
+            return await self._finish(cut, message)
+        except Exception as exc:  # noqa: BLE001 -- logged; the caller ends the answer with the cut
+            observe.log.warning(observe.format_event("switchyard.continuation_error", route=self.route.name,
+                                                     upstream=cut.upstream, error=type(exc).__name__),
+                                exc_info=True)
+            return False
+
+    async def _finish(self, cut: AttemptRecord, message: str) -> bool:
         cut_at = time.monotonic()
         cut.message = message  # the flow's story says what was continued
         try:
