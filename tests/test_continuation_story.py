@@ -11,6 +11,7 @@ from mitmproxy.addons.view import View
 from mitmproxy.test import taddons
 
 from switchyard_core.addons import Router, RulesKeeper
+from switchyard_core.frame_report import story_lines
 from tests.support import wire
 from tests.support.fake_provider import RESET, FakeProvider, Reply
 from tests.test_hooks import chat_flow, play, provider  # noqa: F401 -- the fixture
@@ -57,6 +58,10 @@ routes:
         ("primary", "continued", "regenerate", 200)]
     assert flow.comment == "primary: upstream connection broke after output → primary continued it (regenerate)"
     assert flow.marked == ":arrows_counterclockwise:"
+    told = story_lines(story)  # what the Switchyard SSE content view leads with
+    assert told[0] == "switchyard: route chat, continued, answered by primary"
+    assert told[2].startswith("  attempt 2 backup: continuation_failed (prefill after the cut) (headers")
+    assert told[3].startswith("  attempt 3 primary: continued (regenerate after the cut) (output")
     attempts = list(view)[1:]
     assert [a.comment.split(" → ")[1].split(";")[0] for a in attempts] == ["continuation_failed", "continued"]
     assert attempts[0].comment.startswith("attempt 2 (chat): backup: prefill continuation: 400")
