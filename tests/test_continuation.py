@@ -255,3 +255,16 @@ def test_anthropic_prefill_continuation_lands_in_the_original_text_block() -> No
     assert {e["index"] for e in events if "index" in e} == {0}
     text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
     assert transcript.text + text == TEXT
+
+
+def test_anthropic_prefill_that_ended_in_whitespace_never_shows_it_twice() -> None:
+    frames = wire.anthropic_stream("Hello from primary", mid="msg_orig")
+    sent = b"".join(frames[:3]) + wire.event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                                     "delta": {"type": "text_delta", "text": "Hello "}})
+    transcript = read_transcript("anthropic-messages", sent, MESSAGES_REQUEST)
+    wanted = continuation_body("anthropic-messages", "prefill", json.dumps(MESSAGES_REQUEST).encode(), transcript.text)
+    assert wanted is not None and json.loads(wanted.body)["messages"][-1]["content"] == "Hello"
+    for continued in (" from primary", "from primary"):  # the model repeats the space, or does not
+        out = played(transcript, Overlap(wanted.echo, strict=False), wire.anthropic_stream(continued, mid="m2"))
+        text = "".join(e.json()["delta"]["text"] for e in frames_of(out) if e.json()["type"] == "content_block_delta")
+        assert transcript.text + text == "Hello from primary"

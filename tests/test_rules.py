@@ -315,3 +315,23 @@ def test_continuation_keys_are_checked_with_file_line_and_field(tmp_path: Path, 
         text = MINIMAL.replace("    upstreams:\n", extra + "    upstreams:\n")
     message = error_of(tmp_path, text)
     assert f"rules.yaml:{line}: {field}" in message and words in message, message
+
+
+@pytest.mark.parametrize("path,prefill,warned", [
+    ("/v1/chat/completions", False, "no upstream says prefill: true"),
+    ("/v1/responses", True, "the Responses API has no prefill"),
+    ("/v1/messages", True, None),
+])
+def test_a_prefill_strategy_that_can_never_run_is_warned_about(tmp_path: Path, path: str, prefill: bool,
+                                                               warned: str | None) -> None:
+    text = MINIMAL.replace("/v1/chat/completions", path).replace(
+        "    upstreams:\n", "    continue_after_cut: [prefill, regenerate]\n    upstreams:\n")
+    if prefill:
+        text += "        prefill: true\n"
+    rules = load_rules(write(tmp_path, text))
+    assert rules.routes[0].settings.continue_after_cut == ("prefill", "regenerate")
+    if warned is None:
+        assert rules.warnings == ()
+    else:
+        assert rules.warnings == (f"{tmp_path / 'rules.yaml'}:3: route 'chat': continue_after_cut's prefill does "
+                                  f"nothing here: {warned}",)

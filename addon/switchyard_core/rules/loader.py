@@ -190,6 +190,17 @@ def _takes_all_of(earlier: Route, later: Route) -> bool:
     return True
 
 
+def _idle_prefill(api: str, strategies: tuple[str, ...], upstreams: list[Upstream]) -> str | None:
+    """Why a route's `prefill` strategy can never run, if it cannot."""
+    if "prefill" not in strategies:
+        return None
+    if api == "openai-responses":
+        return "the Responses API has no prefill"
+    if not any(upstream.prefill for upstream in upstreams):
+        return "no upstream says prefill: true"
+    return None
+
+
 def _is_http_url(url: str) -> bool:
     return re.match(r"^https?://[^/\s]+", url) is not None
 
@@ -258,6 +269,10 @@ def load_rules(path: Path) -> Rules:
         if not upstreams:
             warnings.append(f"{path}:{line_of(base, lines)}: route {spec.name!r} disabled: no usable upstream")
             continue
+        idle = _idle_prefill(api, settings.continue_after_cut, upstreams)
+        if idle:
+            warnings.append(f"{path}:{line_of(base, lines)}: route {spec.name!r}: continue_after_cut's prefill "
+                            f"does nothing here: {idle}")
         routes.append(
             Route(
                 name=spec.name,
