@@ -289,21 +289,49 @@ def test_a_regenerated_answer_that_diverges_ends_with_the_original_cut_not_the_4
 # --- what never continues ------------------------------------------------------------
 
 
-def test_a_cut_inside_a_tool_call_ends_with_the_clean_error_and_nothing_is_asked(cenv: Env) -> None:
-    frames = [
+TOOL_CALLS = {
+    "openai-chat": [
         wire.CHAT_ROLE,
         wire.chat_chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
                                          "function": {"name": "get_weather", "arguments": ""}}]}, cid="orig"),
         wire.chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": \"Par"}}]}, cid="orig"),
-    ]
+    ],
+    "openai-responses": [
+        wire.event("response.created", {"type": "response.created", "sequence_number": 0,
+                                        "response": {"id": "orig", "object": "response", "status": "in_progress",
+                                                     "output": []}}),
+        wire.event("response.output_item.added", {"type": "response.output_item.added", "sequence_number": 1,
+                                                  "output_index": 0,
+                                                  "item": {"id": "fc_1", "type": "function_call", "status": "in_progress",
+                                                           "call_id": "call_1", "name": "get_weather",
+                                                           "arguments": ""}}),
+        wire.event("response.function_call_arguments.delta",
+                   {"type": "response.function_call_arguments.delta", "sequence_number": 2, "item_id": "fc_1",
+                    "output_index": 0, "delta": "{\"city\": \"Par"}),
+    ],
+    "anthropic-messages": [
+        stream("anthropic-messages", FULL, "orig")[0],
+        wire.event("content_block_start", {"type": "content_block_start", "index": 0,
+                                           "content_block": {"type": "tool_use", "id": "toolu_1",
+                                                             "name": "get_weather", "input": {}}}),
+        wire.event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                           "delta": {"type": "input_json_delta", "partial_json": "{\"city\": \"Par"}}),
+    ],
+}
+
+
+@pytest.mark.parametrize("api", list(PATHS))
+def test_a_cut_inside_a_tool_call_ends_with_the_clean_error_and_nothing_is_asked(cenv: Env, api: str) -> None:
+    frames = TOOL_CALLS[api]
     cenv.provider.script("c-primary", Reply.sse(*frames, RESET))
     mark = cenv.mitm.log_mark()
-    body = curl(cenv, "openai-chat")
-    assert body == b"".join(frames) + APIS["openai-chat"].error_event(
+    body = curl(cenv, api)
+    assert body == b"".join(frames) + APIS[api].error_event(
         "switchyard: upstream connection broke after output", "stream_cut")
     assert upstreams(cenv) == ["c-primary"]
     log = cenv.mitm.wait_for_log("switchyard.stream_cut_after_output", mark)
-    assert "switchyard.not_continued" in log and "a tool call" in log
+    reason = {"openai-chat": "a tool call", "openai-responses": "function_call", "anthropic-messages": "tool_use"}[api]
+    assert "switchyard.not_continued" in log and reason in log
 
 
 @pytest.mark.parametrize("api", list(PATHS))
