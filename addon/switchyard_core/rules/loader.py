@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from ..apis import api_for_path
 from ..apis.errors import DEFAULT_RETRY_ON
+from ..continuation.request import PREFILL_APIS
 from .locations import RulesError, compose_with_lines, field_problem, line_of, validation_problems
 from .schema import FaultSpec, RulesFile, Settings, UpstreamSpec
 
@@ -194,8 +195,8 @@ def _idle_prefill(api: str, strategies: tuple[str, ...], upstreams: list[Upstrea
     """Why a route's `prefill` strategy can never run, if it cannot."""
     if "prefill" not in strategies:
         return None
-    if api == "openai-responses":
-        return "the Responses API has no prefill"
+    if api not in PREFILL_APIS:
+        return f"{api} has no prefill (Chat Completions and Anthropic Messages have)"
     if not any(upstream.prefill for upstream in upstreams):
         return "no upstream says prefill: true"
     return None
