@@ -67,8 +67,8 @@ class Upstream:
     secret_headers: frozenset[str] = frozenset()  # lowercased names whose values came from the environment
     prefill: bool = False  # continues a conversation that ends in an assistant message
     # merged into a prefill request's top level, and into its final assistant message
-    prefill_body: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
-    prefill_message: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    prefill_body: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    prefill_message: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @property
     def is_original(self) -> bool:
