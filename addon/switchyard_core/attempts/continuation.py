@@ -110,11 +110,12 @@ class Continuation:
             for upstream in upstreams[first:]:
                 if strategy == "prefill" and not upstream.prefill:
                     continue
-                outcome = await self._try(strategy, upstream, transcript, cut_at, message)
+                outcome = await self._try(strategy, upstream, transcript, cut_at)
                 if outcome is _Try.FINISHED:
                     self.exchange.outcome = "continued"
                     return True
-                if outcome is _Try.PROGRESSED:
+                if outcome is _Try.PROGRESSED:  # from now on it is this one's cut that is continued
+                    cut_at = time.monotonic()
                     try:
                         transcript = self._transcript()
                     except NotContinuable:
@@ -131,8 +132,7 @@ class Continuation:
             request = None
         return read_transcript(self.api.name, bytes(raw), request)
 
-    async def _try(self, strategy: str, upstream: Upstream, transcript: Transcript, cut_at: float,
-                   cut_message: str) -> _Try:
+    async def _try(self, strategy: str, upstream: Upstream, transcript: Transcript, cut_at: float) -> _Try:
         request = build_request(self.exchange.request, upstream)
         wanted = continuation_body(self.api.name, strategy, request.body, transcript.text,
                                    prefill_body=upstream.prefill_body, prefill_message=upstream.prefill_message)
