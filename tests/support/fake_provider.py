@@ -6,6 +6,12 @@ scripts the replies each upstream gives, in order; an upstream with no
 script left answers with a normal stream for the API its path names.  Every
 request is recorded (upstream, port, method, path, headers, body) so tests
 can assert who was called, how often, and with which credentials.
+
+Requests a real provider answers outside its streaming APIs are answered in
+their own shape and never take a scripted reply: `HEAD` (Claude Code's
+preflight) gets headers without a body, `GET .../models` a model list,
+`POST .../count_tokens` a token count.  A script is for the answers a test
+means to fail; a client's side requests must not use it up.
 """
 
 from __future__ import annotations
@@ -76,7 +82,7 @@ def side_reply(method: str, path: str, headers: Mapping[str, str]) -> "Reply | N
         return Reply(200, [], content_type="application/json")
     if method == "GET" and path.endswith("/models"):
         anthropic = "anthropic-version" in headers or "x-api-key" in headers
-        return Reply.json(200, wire.models_list(path, anthropic))
+        return Reply.json(200, wire.models_list(anthropic))
     if method == "POST" and path.endswith("/count_tokens"):
         return Reply.json(200, {"input_tokens": 12})
     return None

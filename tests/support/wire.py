@@ -164,7 +164,7 @@ def error_body(api: str, status: int, message: str) -> dict:
     return {"error": {"message": message, "type": "server_error" if status != 429 else "requests", "param": None, "code": code}}
 
 
-def models_list(path: str, anthropic: bool) -> dict:
+def models_list(anthropic: bool) -> dict:
     """`GET /v1/models` in the shape of the API the client speaks."""
     if anthropic:
         model = {"type": "model", "id": "claude-sonnet-4-5", "display_name": "Claude Sonnet 4.5",
