@@ -95,7 +95,7 @@ Switchyard (reverse mode) is in front of it. Give your client this base URL (any
   e.g.  OPENAI_BASE_URL={base}/v1 OPENAI_API_KEY=sk-test python my_agent.py
         ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=sk-test claude -p "Say hello"
 
-Without Switchyard (to see the failure your client gets on its own): {base.replace(str(port), str(provider.ports[0]))}
+Without Switchyard (to see what your client does on its own): {provider.url("primary", "")} (+ /v1 for OpenAI-style)
 Rules: {rules}
 Log:   {log}""")
     if args.web:

@@ -85,7 +85,7 @@ def test_the_demo_shows_a_fallback_end_to_end() -> None:
 
 
 def test_try_prints_the_base_url_for_your_client_and_the_log_as_it_comes(tmp_path: Path) -> None:
-    process = subprocess.Popen([str(ROOT / "scripts" / "try"), "--fail", "sse_503:always"], cwd=tmp_path,
+    process = subprocess.Popen([str(ROOT / "scripts" / "try"), "--fail", "sse_503:always", "--web"], cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert process.stdout is not None
@@ -99,6 +99,8 @@ def test_try_prints_the_base_url_for_your_client_and_the_log_as_it_comes(tmp_pat
         assert base.endswith("/primary/v1")
         anthropic_base = text.split("Anthropic-style clients", 1)[1].split("http://", 1)[1].split()[0]
         rules = Path(text.split("Rules: ", 1)[1].split()[0])
+        web = text.split("mitmweb: ", 1)[1].split()[0]
+        assert "/?token=" in web and raw(web, "GET")[0] == 200
         assert "match: {path: /primary/v1/chat/completions}" in rules.read_text()
         chat = openai.OpenAI(api_key="sk-anything", base_url=f"http://{base}", max_retries=0)
         stream = chat.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
