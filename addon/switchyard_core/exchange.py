@@ -56,17 +56,20 @@ class FlowAddress(NamedTuple):
     method: bytes
 
 
-AttemptOutcome = Literal["pending", "committed", "fatal"] | PlanAction
+AttemptOutcome = Literal["pending", "committed", "fatal", "continued", "continuation_failed",
+                         "continuation_broke"] | PlanAction
 """How an attempt ended: still going, its output reached the client (committed), or
-what its failure led to (fatal, or the plan after it: retry, next_upstream, give_up)."""
+what its failure led to (fatal, or the plan after it: retry, next_upstream, give_up).
+A continuation of a cut answer ends continued, continuation_failed (nothing of it
+reached the client) or continuation_broke (some of its text did)."""
 
 Phase = Literal["connect", "headers", "staging", "body", "output", "forwarded"]
 """How far an attempt got: no answer yet; the answer's head arrived; a stream held
 until its first output; a whole body being read; committed; its failure passed on
 to the client as the provider sent it."""
 
-ExchangeOutcome = Literal["pending", "committed", "gave_up", "exhausted", "stream_cut", "stream_stalled",
-                          "client_gone", "internal_error"]
+ExchangeOutcome = Literal["pending", "committed", "continued", "gave_up", "exhausted", "stream_cut",
+                          "stream_stalled", "client_gone", "internal_error"]
 """How the exchange ended for the client (see `attempts/endings.py`)."""
 
 
@@ -91,6 +94,7 @@ class AttemptRecord:
     request_id: str | None = None
     duration_s: float | None = None
     fault: str | None = None  # the injected fault, if this attempt's failure was made on purpose
+    continuation: str | None = None  # prefill | regenerate: this attempt finishes a cut answer
     # for the attempt's own flow in mitmweb (not in metadata): what was sent and what came back
     request_headers: tuple[tuple[str, str], ...] = ()
     secret_headers: frozenset[str] = frozenset()  # names in request_headers never to show
@@ -100,7 +104,12 @@ class AttemptRecord:
         return [(name, "[redacted]" if name.lower() in self.secret_headers else value) for name, value in self.request_headers]
 
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
-               "event_type", "request_id", "duration_s", "fault")
+               "event_type", "request_id", "duration_s", "fault", "continuation")
+
+    def request_sent(self, sent: bool) -> None:
+        """The request is on a connection (or, False, going to a fresh one): a failure
+        from now on happened waiting for the answer's headers, not connecting."""
+        self.phase = "headers" if sent else "connect"
 
     def reached(self, phase: Phase) -> None:
         self.phase = phase
@@ -115,8 +124,10 @@ class AttemptRecord:
         self.request_id = request_id
 
     def failed(self, info: ErrorInfo, outcome: AttemptOutcome, message: str) -> None:
-        """Failed before output; `message` is the failure's, redacted."""
-        self.status, self.code, self.message = info.status, info.code or info.type, message
+        """Failed before output; `message` is the failure's, redacted.  A transport
+        failure's status is only what a client would get: no upstream sent it."""
+        self.status = None if info.event_type == "transport" else info.status
+        self.code, self.message = info.code or info.type, message
         self.event_type = info.event_type
         self._finish(outcome)
 
@@ -131,6 +142,22 @@ class AttemptRecord:
     def committed(self) -> None:
         self.phase = "output"
         self._finish("committed")
+
+    def cut(self, message: str) -> None:
+        """Its output was cut: what the story says was continued, if a continuation follows."""
+        self.message = message
+
+    def continued(self) -> None:
+        """A continuation that finished the client's answer."""
+        self._finish("continued")
+        self.phase = "output"
+
+    def continuation_failed(self, message: str, *, code: str | None = None, progressed: bool = False) -> None:
+        """A continuation that did not finish the answer; `progressed`: some of its text reached the client."""
+        if code is not None:
+            self.code = code
+        self.message = message
+        self._finish("continuation_broke" if progressed else "continuation_failed")
 
     def kept(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         """The failed answer, shown with the attempt's own flow in mitmweb."""

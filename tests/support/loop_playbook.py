@@ -8,7 +8,7 @@ in for the relay connection (the attempt loop's `ClientSink`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -55,13 +55,16 @@ class ScriptedUpstreams:
     calls: list[str] = field(default_factory=list)  # hosts, in the order they were asked
     requests: list[UpstreamRequest] = field(default_factory=list)
 
-    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None) -> _Answer:
+    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None,
+                   sent: Callable[[bool], None] | None = None) -> _Answer:
         host = request.url.split("/")[2]
         self.calls.append(host)
         self.requests.append(request)
         reply = self.script[host].pop(0)
         if isinstance(reply, BaseException):
             raise reply
+        if sent is not None:
+            sent(True)
         return _Answer(reply)
 
 

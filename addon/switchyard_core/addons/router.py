@@ -34,8 +34,7 @@ from ..upstreams.messages import redact_query
 from .destination import destination, named_url
 from .flow_story import DisplayCopy, annotate, restore, show_attempts
 from .rules_keeper import RulesKeeper
-from . import streaming_note
-from .streaming_note import StreamingNoteDeferral
+from .streaming_note import StreamingNoteDeferral, unusable as streaming_note_unusable
 
 UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth",
                     "http_connect_send_host_header"}
@@ -146,7 +145,7 @@ class Router:
         only saves time, and one that is not there costs that saving, never an answer."""
         direct_line = mitmproxy_reader.unusable(ctx.master)
         self._reader_reachable = direct_line is None
-        note = streaming_note.unusable()
+        note = streaming_note_unusable()
         if note is None:
             self._notes.install()
         hook_filter = None if observe.HOOK_HANDLERS else "mitmproxy.log has no LegacyLogEvents"
@@ -290,17 +289,21 @@ class Router:
         rules = self.keeper.rules
         lines = [f"rules: {rules.source if rules else '(none loaded)'}"]
         for route in rules.routes if rules else ():
-            lines.append(f"route {route.name} ({route.api})")
+            strategies = route.settings.continue_after_cut
+            lines.append(f"route {route.name} ({route.api})"
+                         + (f"; continue_after_cut={','.join(strategies)}" if strategies else ""))
             for upstream in route.upstreams:
                 where = "original destination" if upstream.is_original else upstream.display_url
                 auth = "own auth set" if upstream.auth else ("client's credentials" if upstream.is_original else "no auth")
-                lines.append(f"  upstream {upstream.name}: {where}; {auth}; retries={upstream.retries}")
+                lines.append(f"  upstream {upstream.name}: {where}; {auth}; retries={upstream.retries}"
+                             + ("; prefill" if upstream.prefill else ""))
         for warning in rules.warnings if rules else ():
             lines.append(f"warning: {warning}")
         if self.keeper.faults is not None:
             lines.extend(f"fault: {line}" for line in self.keeper.faults.describe())
         counts = ", ".join(f"{k}={self.counters[k]}" for k in ("routed", "attempts", "failed_attempts", "retries_answered",
-                                                             "fallbacks", "suppressed_failovers"))
+                                                             "fallbacks", "suppressed_failovers",
+                                                             "continued_after_cut", "continuations_failed"))
         lines.append(f"counters: {counts}")
         if self.relay is not None:
             relay = self.relay

@@ -98,6 +98,10 @@ class Endings:
             message = f"switchyard: no upstream answered; last: {last_message}"
             self.client.send_error(504 if timed_out else 502, message, code, self.exchange.attempts[-1].upstream)
 
+    def continued(self) -> None:
+        """A continuation finished the answer a cut left unfinished."""
+        self._ended("continued")
+
     def client_gone(self) -> None:
         """The client left before the end: nothing more is written."""
         self._ended("client_gone")

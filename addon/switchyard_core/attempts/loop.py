@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal
 
 from .. import observe
 from ..apis import APIS, Api, Classification, ErrorInfo, ErrorPolicy
@@ -29,7 +29,7 @@ from ..rules import Upstream
 from ..upstreams.messages import (
     Answer,
     ConnectTimeout,
-    UpstreamRequest,
+    Upstreams,
     build_request,
     display_url,
     forwarded_response_headers,
@@ -39,6 +39,7 @@ from ..upstreams.messages import (
     transport_failure,
 )
 from .client_stream import ClientSink, ClientStream
+from .continuation import Continuation
 from .deadlines import Deadlines
 from .endings import Endings
 from .faulty_answer import FaultyAnswer
@@ -70,12 +71,6 @@ class _Try:
         return self.turn.upstream
 
 
-class Upstreams(Protocol):
-    """Where attempts go: the relay's `UpstreamClient`, or a test's scripted stand-in."""
-
-    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None) -> Answer: ...
-
-
 class AttemptLoop:
     """One exchange's attempts, from the first upstream's to its ending.
 
@@ -92,6 +87,9 @@ class AttemptLoop:
         self.client = ClientStream(sink, self.api)
         self.log = AttemptLog(exchange)
         self.end = Endings(exchange, self.client, self.log)
+        self.continuation = Continuation(exchange, self.api, http, self.client, self.log, self._pipe, self._silence)
+        if self.continuation.wanted:
+            self.client.keep_transcript(self.settings.staging_limit)
 
     # --- the loop -------------------------------------------------------------------
 
@@ -135,7 +133,8 @@ class AttemptLoop:
         attempt = _Try(turn, record, deadlines)
         try:
             async with asyncio.timeout(deadlines.head):
-                answer: Answer = await self.http.open(request, connect_timeout_s=deadlines.connect)
+                answer: Answer = await self.http.open(request, connect_timeout_s=deadlines.connect,
+                                                      sent=record.request_sent)
         except ConnectTimeout:
             return self._fail(attempt, deadlines.no_connection(), timed_out=True)
         except TimeoutError:
@@ -282,7 +281,7 @@ class AttemptLoop:
         except TimeoutError:
             if gate.committed:
                 if not gate.complete:  # after the API's end marker, quiet is no stall: the answer is whole
-                    self.end.cut(record, deadlines.stalled_message(), "stream_stalled")
+                    await self._cut(record, deadlines.stalled_message(), "stream_stalled")
                 return None
             return self._fail(attempt, deadlines.silent_while_staged(time.monotonic()), timed_out=True)
         if failures:
@@ -291,7 +290,7 @@ class AttemptLoop:
             if not gate.committed:
                 return self._fail(attempt, transport_failure(error))
             if not gate.complete:
-                self.end.cut(record, "upstream connection broke after output", "stream_cut")
+                await self._cut(record, "upstream connection broke after output", "stream_cut")
             return None
         # the upstream body ended
         # an end marker in an unterminated last frame reaches no client (an event is
@@ -305,12 +304,17 @@ class AttemptLoop:
             # and the in-band error must not run into it
             step.emit = b""
         self._output(step, attempt, answer)
-        self._ended(whole, record)
+        if not whole and not self.exchange.suppressed_failover:
+            await self._cut(record, "upstream ended the stream before completing the answer", "stream_cut")
         return None
 
-    def _ended(self, whole: bool, record: AttemptRecord) -> None:
-        if not whole and not self.exchange.suppressed_failover:
-            self.end.cut(record, "upstream ended the stream before completing the answer", "stream_cut")
+    async def _cut(self, record: AttemptRecord, message: str, code: Literal["stream_cut", "stream_stalled"]) -> None:
+        """A committed answer broke off: finished by a continuation where the route asks
+        for one and it succeeds, else ended with this (the original) cut."""
+        if self.continuation.wanted and await self.continuation.finish(record, message):
+            self.end.continued()
+            return
+        self.end.cut(record, message, code)
 
     async def _failed_in_stream(self, failure: Classification, gate: Gate, answer: Answer,
                                 attempt: _Try) -> _Failed | None:

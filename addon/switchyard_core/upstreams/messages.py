@@ -13,7 +13,7 @@ import asyncio
 import json
 import socket
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
@@ -227,6 +227,16 @@ class Answer(Protocol):
     def body(self) -> Body: ...
 
     def close(self) -> None: ...
+
+
+class Upstreams(Protocol):
+    """Where attempts go: the relay's `UpstreamClient`, or a test's scripted stand-in.
+
+    `sent(True)` once the request is on a connection, `sent(False)` when it moves
+    to a fresh one (see `UpstreamClient.open`)."""
+
+    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None,
+                   sent: Callable[[bool], None] | None = None) -> Answer: ...
 
 
 async def read_bounded(answer: Answer, limit: int, timeout_s: float | None) -> tuple[bytes, bool]:
