@@ -26,6 +26,8 @@ def test_a_stream_waits_for_its_head_then_for_silence_and_never_for_its_whole_le
 def test_a_first_output_bound_sooner_than_the_head_bound_is_what_the_head_waits_for() -> None:
     d = Deadlines.of(replace(SETTINGS, first_output_timeout_s=5.0), streams=True, started=100.0)
     assert (d.head, d.head_waits_for, d.first_output_by) == (5.0, "output", 105.0)
+    assert d.headers == 30.0  # what a continuation, which continues output, waits for its head
+    assert d.stalled_message(after_output=False) == "upstream sent nothing for 60s"
     assert d.no_head().message == "no output within 5s"
     # staged: silence is bounded by what is left until output is due
     assert d.staged_wait(now=103.0) == pytest.approx(2.0)

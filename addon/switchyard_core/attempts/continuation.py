@@ -52,6 +52,7 @@ from ..upstreams.messages import (
     transport_failure,
 )
 from .client_stream import ClientStream
+from .deadlines import Deadlines
 from .log import AttemptLog
 from .read_deadline import Silence
 
@@ -151,10 +152,10 @@ class Continuation:
         regenerate = strategy == "regenerate"
         overlap = Overlap(transcript.text if regenerate else wanted.echo, strict=regenerate)
         reframer = reframer_for(transcript, overlap)
-        settings = self.settings
+        deadlines = Deadlines.of(self.settings, streams=True, started=record.started)
         try:
-            async with asyncio.timeout(settings.headers_timeout_s or None):
-                answer = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s)
+            async with asyncio.timeout(deadlines.headers):
+                answer = await self.http.open(request, connect_timeout_s=deadlines.connect)
         except (ConnectTimeout, TimeoutError):
             return self._failed(record, "no response headers in time")
         except OSError as exc:
@@ -162,18 +163,18 @@ class Continuation:
         try:
             record.answered(answer.status, request_id(answer.headers))
             if not 200 <= answer.status < 300:
-                body, _ = await read_bounded(answer, ERROR_BODY_LIMIT, settings.headers_timeout_s or None)
+                body, _ = await read_bounded(answer, ERROR_BODY_LIMIT, deadlines.headers)
                 record.kept(answer.status, forwarded_response_headers(answer.headers), body)
                 info = http_error_info(answer.status, body)
                 return self._failed(record, info.message or f"HTTP {answer.status}", code=info.code or info.type)
             if "text/event-stream" not in answer.headers.get("Content-Type", "").lower():
                 return self._failed(record, "the upstream answered with a non-streaming body")
-            return await self._stream(answer, record, reframer, strategy, cut_at, transcript)
+            return await self._stream(answer, record, reframer, strategy, cut_at, transcript, deadlines)
         finally:
             answer.close()
 
     async def _stream(self, answer: Answer, record: AttemptRecord, reframer: Reframer, strategy: str,
-                      cut_at: float, transcript: Transcript) -> _Try:
+                      cut_at: float, transcript: Transcript, deadlines: Deadlines) -> _Try:
         """The continuation's frames, re-framed, to the client as they arrive."""
         record.reached("staging")
         classifier = self.api.stream_classifier(self.exchange.request.wants_usage)
@@ -207,12 +208,12 @@ class Continuation:
                 if out:
                     write(out)
 
-        silence.expect_by(self.settings.idle_timeout_s or None)
+        silence.expect_by(deadlines.quiet_after_output)
         try:
             error = await self._pipe(answer, through, silence)
         except TimeoutError:
             error = None
-            problems.append(f"upstream sent nothing for {self.settings.idle_timeout_s:g}s")
+            problems.append(deadlines.stalled_message(after_output=False))
         if not problems and error is not None:
             problems.append(transport_failure(error).message)
         if not problems and not classifier.complete:

@@ -7,8 +7,9 @@ and its first output (`first_output_timeout_s`), by silence while it is staged
 token, so not `idle_timeout_s`, but some bound is needed: behind the pre-answer
 keepalive a client never times out on its own), then by silence after output
 (`idle_timeout_s`).  A whole (non-streaming) answer is bounded from the
-attempt's start to its last byte (`request_timeout_s`).  A setting of 0 is no
-bound.  Each timeout's message names the bound that passed.
+attempt's start to its last byte (`request_timeout_s`).  A continuation of a
+cut answer waits for its head (`headers_timeout_s`), then is bounded by silence
+as output is (`idle_timeout_s`).  A setting of 0 is no bound.  Each timeout's message names the bound that passed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Deadlines:
     connect: float | None  # a connection: TCP, TLS, an upstream proxy's CONNECT
     head: float | None  # from the start to the answer's head (for a stream, or its first output if sooner)
     head_waits_for: str  # what `head` waits for, as its message says
+    headers: float | None  # the head alone (a continuation waits only for that)
     error_body: float | None  # an error answer's body, once its head arrived
     whole: float | None  # a whole answer, from the start to its last byte
     first_output: float | None  # a stream's first output, from the start
@@ -55,6 +57,7 @@ class Deadlines:
             connect=_bound(settings.connect_timeout_s),
             head=head,
             head_waits_for=waits_for,
+            headers=_bound(settings.headers_timeout_s),
             error_body=_bound(settings.headers_timeout_s or settings.request_timeout_s),
             whole=_bound(settings.request_timeout_s),
             first_output=_bound(settings.first_output_timeout_s),
@@ -101,5 +104,5 @@ class Deadlines:
             return _timed_out(f"nothing for {self.quiet_staged or 0:g}s")
         return _timed_out(f"no output within {self.first_output or 0:g}s")
 
-    def stalled_message(self) -> str:
-        return f"upstream sent nothing for {self.quiet_after_output or 0:g}s after output"
+    def stalled_message(self, *, after_output: bool = True) -> str:
+        return f"upstream sent nothing for {self.quiet_after_output or 0:g}s" + (" after output" if after_output else "")
