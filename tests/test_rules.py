@@ -184,8 +184,8 @@ faults:
         f"{name}:6: routes[0].upstreams[0].url: must be `original` or an http(s) URL, got 'ftp://x'",
         f"{name}:7: routes[0].upstreams[1].name: duplicate upstream name 'openai'",
         f"{name}:8: routes[1].name: duplicate route name 'chat'",
-        f"{name}:11: routes[2].api: cannot infer the API from match.path; set api: openai-chat, openai-responses "
-        "or anthropic-messages",
+        f"{name}:11: routes[2].api: cannot infer the API from match.path; set api: openai-chat, openai-responses, "
+        "anthropic-messages or google-gemini",
         f"{name}:15: faults[0].route: no route named 'nope'",
     ]
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from .protocols import APIS
 from .protocols.errors import code_and_type_for_status
 from .protocols.anthropic_messages import NAME as ANTHROPIC
+from .protocols.google_gemini import NAME as GEMINI
 from .protocols.openai_responses import NAME as RESPONSES
 from .rules.schema import FaultSpec
 
@@ -71,6 +72,10 @@ def error_frame(api: str, kind: str, status: int, message: str) -> bytes:
     if api == ANTHROPIC:
         if kind == "overload_message":
             return _sse("error", {"type": "error", "error": {"message": message}})
+        return APIS[api].error_event(message, *code_and_type_for_status(api, status))
+    if api == GEMINI:  # Gemini has one in-stream error, its error model's (`response_failed` is it too)
+        if kind == "overload_message":
+            return b"data: " + json.dumps({"error": {"message": message}}).encode() + b"\r\n\r\n"
         return APIS[api].error_event(message, *code_and_type_for_status(api, status))
     if api == RESPONSES:
         if kind == "overload_message":

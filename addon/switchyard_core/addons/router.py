@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from mitmproxy import addonmanager, command, connection, ctx, hooks, http
@@ -23,6 +24,7 @@ from mitmproxy.http import Headers
 
 from .. import observe
 from ..observe import METADATA_KEY
+from ..protocols.google_gemini import model_call
 from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Exchange, FlowAddress, OriginalRequest, Relay, UpstreamClient
 from ..relay.relay_connection import reason_phrase
 from ..relay.upstream import redact_query
@@ -141,7 +143,7 @@ class Router:
             return parsed[0]
 
         host, address = destination(flow)
-        route = rules.route_for(host, flow.request.path, lambda: _requested_model(body()))
+        route = rules.route_for(host, flow.request.path, lambda: _requested_model(flow.request.path, body))
         if route is None:
             return
         request = flow.request
@@ -318,6 +320,11 @@ def _json_of(flow: http.HTTPFlow) -> Any:
         return None
 
 
-def _requested_model(body: Any) -> str | None:
-    model = body.get("model") if isinstance(body, dict) else None
+def _requested_model(path: str, body: Callable[[], Any]) -> str | None:
+    """The model a request names: in its path for Gemini, else the JSON body's `model`."""
+    call = model_call(path)
+    if call is not None:
+        return call.model
+    found = body()
+    model = found.get("model") if isinstance(found, dict) else None
     return model if isinstance(model, str) else None

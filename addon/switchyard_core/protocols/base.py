@@ -37,6 +37,7 @@ class ErrorInfo:
     message: str = ""
     event_type: str | None = None  # the SSE event or frame type that carried it
     retryable_hint: bool = False  # the carrier itself says "transient" (finish_reason "error")
+    retry_after_s: float | None = None  # how long the body asks to wait (Gemini's RetryInfo), like Retry-After
 
 
 @dataclass(frozen=True, slots=True)

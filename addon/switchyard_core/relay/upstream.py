@@ -20,6 +20,7 @@ from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 
 from ..protocols.base import ErrorInfo
+from ..protocols.google_gemini import model_call, upstream_path
 from ..redaction import CREDENTIAL_HEADERS
 from ..rules import Upstream
 from .body import Body
@@ -86,9 +87,14 @@ class UpstreamRequest:
     address: str | None = None
 
 
-def target_url(original_url: str, upstream_url: str | None) -> str:
+def target_url(original_url: str, upstream_url: str | None, model: str | None = None) -> str:
     """Where an upstream's attempt goes: its URL plus the original query if it has
-    none; the client's credential query parameters never cross origins."""
+    none; the client's credential query parameters never cross origins.  A Gemini
+    call's model and method are in its path (`gemini_target_url`)."""
+    original = urlsplit(original_url)
+    gemini_path = upstream_path(original.path, urlsplit(upstream_url).path if upstream_url else None, model)
+    if gemini_path is not None:
+        return gemini_target_url(original_url, upstream_url, gemini_path)
     if upstream_url is None:
         return original_url
     target = urlsplit(upstream_url)
@@ -101,6 +107,23 @@ def target_url(original_url: str, upstream_url: str | None) -> str:
         kept = "&".join(piece for piece in query.split("&") if _query_key(piece) not in _CREDENTIAL_QUERY)
         url = urlunsplit((target.scheme, target.netloc, target.path, kept, ""))
     return url
+
+
+def gemini_target_url(original_url: str, upstream_url: str | None, path: str) -> str:
+    """A Gemini call re-aimed: `path` (google_gemini.upstream_path), the upstream's own
+    query (its `key=${VAR}`), and the client's parameters it does not set itself:
+    `alt=sse`, which makes the answer a stream, must reach every upstream.  The
+    client's credential parameters (`key`) never cross origins."""
+    original = urlsplit(original_url)
+    if upstream_url is None:
+        return urlunsplit(original._replace(path=path))
+    target = urlsplit(upstream_url)
+    cross_origin = is_cross_origin(upstream_url, original_url)
+    own = [piece for piece in target.query.split("&") if piece]
+    named = {_query_key(piece) for piece in own}
+    theirs = [piece for piece in original.query.split("&")
+              if piece and _query_key(piece) not in named and not (cross_origin and _query_key(piece) in _CREDENTIAL_QUERY)]
+    return urlunsplit((target.scheme, target.netloc, path, "&".join(own + theirs), ""))
 
 
 def redact_query(url: str) -> str:
@@ -124,9 +147,9 @@ def is_cross_origin(url: str, other: str) -> bool:
 def display_url(original: OriginalRequest, upstream: Upstream) -> str:
     """The attempt's URL as it may be shown: `${VAR}` values left unexpanded, except
     in the host and port, which must parse (mitmweb shows them as the destination)."""
-    shown = urlsplit(target_url(original.url, upstream.display_url))
+    shown = urlsplit(target_url(original.url, upstream.display_url, upstream.model))
     if "${" in shown.netloc:
-        real = urlsplit(target_url(original.url, upstream.url))
+        real = urlsplit(target_url(original.url, upstream.url, upstream.model))
         shown = shown._replace(netloc=real.netloc)
     return urlunsplit(shown)
 
@@ -139,7 +162,7 @@ def secret_header_names(upstream: Upstream | None) -> frozenset[str]:
 
 def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequest:
     """The request one upstream receives: the client's, re-aimed and re-credentialed."""
-    url = target_url(original.url, upstream.url)
+    url = target_url(original.url, upstream.url, upstream.model)
     cross_origin = is_cross_origin(url, original.url)
     replaced = {name.lower() for name, _ in upstream.headers}
     if upstream.auth is not None:
@@ -162,8 +185,8 @@ def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequ
     if upstream.auth is not None:
         headers.append(upstream.auth)
     body = original.body
-    if upstream.model is not None:
-        body = _with_model(body, upstream.model)
+    if upstream.model is not None and model_call(urlsplit(original.url).path) is None:
+        body = _with_model(body, upstream.model)  # (a Gemini call's model is in its path)
     return UpstreamRequest(original.method, url, tuple(headers), body,
                            original.address if upstream.url is None else None)
 

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
 
-ApiName = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+ApiName = Literal["openai-chat", "openai-responses", "anthropic-messages", "google-gemini"]
 FaultKind = Literal["sse_error", "http_error", "response_failed", "overload_message", "reset", "stall"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$", re.IGNORECASE)
