@@ -76,6 +76,7 @@ class Call:
     path: str
     headers: dict[str, str]
     body: bytes
+    query: str = ""  # as sent (Gemini's `alt=sse` and `key` live there)
 
     def json(self) -> object:
         return json.loads(self.body)
@@ -126,12 +127,13 @@ class FakeProvider:
         body = await request.read()
         port = request.transport.get_extra_info("sockname")[1] if request.transport else 0
         with self._lock:
-            self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body))
+            self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body,
+                                   request.query_string))
             queue = self._scripts.get(upstream)
             reply = queue.popleft() if queue else None
             self._in_flight += 1
         if reply is None or reply is NORMAL:
-            reply = wire.normal_reply("/" + rest, upstream, _nonce(body), stream=_wants_stream(body))
+            reply = wire.normal_reply("/" + rest, upstream, _nonce(body), stream=_wants_stream(body), request=body)
         try:
             return await self._play(request, reply)
         except asyncio.CancelledError:
