@@ -21,7 +21,10 @@ from switchyard_core.protocols.base import Classification, FrameKind
 from switchyard_core.protocols.errors import Decision, ErrorPolicy, http_error_info
 from switchyard_core.protocols.google_gemini import GoogleGemini, model_call, upstream_path
 from switchyard_core.protocols.google_rpc import DAILY_QUOTA, duration_s
+from switchyard_core.relay.exchange import OriginalRequest
+from switchyard_core.relay.upstream import build_request, credential_query_values, target_url
 from switchyard_core.retry import plan_after_failure
+from switchyard_core.rules import Upstream
 from switchyard_core.sse import FrameSplitter
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -301,3 +304,43 @@ def test_content_view_shows_where_a_gemini_stream_commits() -> None:
     text = render(raw, "google-gemini")
     assert text.splitlines()[0] == "switchyard: google-gemini stream, 3 frames, first output at frame 2"
     assert "failure retryable" in text and "status=503 code=UNAVAILABLE" in text
+
+
+GEMINI_URL = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+
+
+@pytest.mark.parametrize(
+    ("upstream_url", "model", "expected"),
+    [
+        (None, None, f"{GEMINI_URL}?alt=sse&key=AIza-client"),
+        (None, "gemini-2.5-flash", GEMINI_URL.replace("2.5-pro", "2.5-flash") + "?alt=sse&key=AIza-client"),
+        # same origin: the client's key may go along
+        ("https://generativelanguage.googleapis.com", None, f"{GEMINI_URL}?alt=sse&key=AIza-client"),
+        # another origin: never the client's key; the upstream's own first, then what it does not set
+        ("https://backup.example.com?key=AIza-backup", None,
+         "https://backup.example.com/v1beta/models/gemini-2.5-pro:streamGenerateContent?key=AIza-backup&alt=sse"),
+        ("https://backup.example.com/gw/", "gemini-2.5-flash",
+         "https://backup.example.com/gw/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"),
+        ("https://backup.example.com/v1/models/gemini-2.0-flash:generateContent?alt=json", None,
+         "https://backup.example.com/v1/models/gemini-2.0-flash:streamGenerateContent?alt=json"),
+    ],
+)
+def test_gemini_target_urls(upstream_url: str | None, model: str | None, expected: str) -> None:
+    assert target_url(f"{GEMINI_URL}?alt=sse&key=AIza-client", upstream_url, model) == expected
+
+
+def test_a_gemini_upstreams_model_goes_in_the_path_not_the_body() -> None:
+    body = json.dumps({"contents": [{"parts": [{"text": "hi"}]}]}).encode()
+    original = OriginalRequest.of("POST", f"{GEMINI_URL}?alt=sse", (("x-goog-api-key", "AIza-client"),), body,
+                                  json.loads(body))
+    assert original.wants_stream  # said by the path
+    backup = Upstream(name="backup", url="https://backup.example.com", model="gemini-2.5-flash", retries=0,
+                      auth=("x-goog-api-key", "AIza-backup"), headers=())
+    asked = build_request(original, backup)
+    assert asked.body == body
+    assert asked.url == "https://backup.example.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    assert [value for name, value in asked.headers if name.lower() == "x-goog-api-key"] == ["AIza-backup"]
+
+
+def test_credential_query_values() -> None:
+    assert credential_query_values(f"{GEMINI_URL}?alt=sse&key=AIza%2Dclient", "https://b.example?x=1") == ["AIza-client"]

@@ -96,10 +96,11 @@ def stream_text(env: Env, collected: list[str] | None = None, prefix: str = "pri
     return "".join(pieces)
 
 
-def curl_stream(env: Env, prefix: str = "primary", query: str = "alt=sse"):  # type: ignore[no-untyped-def]
+def curl_stream(env: Env, prefix: str = "primary", query: str = "alt=sse",  # type: ignore[no-untyped-def]
+                key_header: bool = True):
     body = json.dumps({"contents": [{"role": "user", "parts": [{"text": "say hello"}]}]}).encode()
     return env.curl(f"{env.mitm.reverse_url}/{prefix}{STREAM_PATH}?{query}", body,
-                    headers={"x-goog-api-key": CLIENT_KEY}, via_proxy=False)
+                    headers={"x-goog-api-key": CLIENT_KEY} if key_header else {}, via_proxy=False)
 
 
 def upstreams(env: Env) -> list[str]:
@@ -207,6 +208,19 @@ def test_invalid_argument_is_returned_as_sent(env: Env) -> None:
     result = curl_stream(env)
     assert (result.status, result.body) == (400, sent)
     assert result.headers["x-switchyard-upstream"] == "primary"
+
+
+def test_a_key_an_error_echoes_is_never_logged(env: Env) -> None:
+    """Google's 403 for a suspended key names the key (google/generative-ai-docs #356)."""
+    message = f"Permission denied: Consumer 'api_key:{CLIENT_KEY}' has been suspended."
+    env.provider.script("primary", Reply.json(403, gemini_wire.error_body(403, "PERMISSION_DENIED", message)))
+    mark = env.mitm.log_mark()
+    result = curl_stream(env, query=f"alt=sse&key={CLIENT_KEY}", key_header=False)
+    assert result.status == 403 and CLIENT_KEY.encode() in result.body  # the client's own answer, as sent
+    log = env.mitm.wait_for_log("decision=fatal", mark)
+    assert "Consumer 'api_key:[redacted]' has been suspended." in log
+    ours = [line for line in env.mitm.log_since(mark).splitlines() if "switchyard." in line]
+    assert ours and all(CLIENT_KEY not in line for line in ours)
 
 
 def test_a_blocked_prompt_is_returned_as_sent(env: Env) -> None:

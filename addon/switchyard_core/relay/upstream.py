@@ -126,6 +126,18 @@ def gemini_target_url(original_url: str, upstream_url: str | None, path: str) ->
     return urlunsplit((target.scheme, target.netloc, path, "&".join(own + theirs), ""))
 
 
+def credential_query_values(*urls: str) -> list[str]:
+    """The values of credential query parameters (`?key=`) in `urls`: a provider's
+    error can echo them ("Consumer 'api_key:…' has been suspended")."""
+    values = []
+    for url in urls:
+        for piece in urlsplit(url).query.split("&"):
+            name, _, value = piece.partition("=")
+            if value and _query_key(name) in _CREDENTIAL_QUERY:
+                values.append(unquote_plus(value))
+    return values
+
+
 def redact_query(url: str) -> str:
     """The URL as it may be shown beside redacted headers: credential query
     parameters (`?key=`, Gemini's) keep their names, not their values."""
