@@ -24,7 +24,7 @@ from switchyard_core.protocols.google_rpc import DAILY_QUOTA, duration_s
 from switchyard_core.relay.exchange import OriginalRequest
 from switchyard_core.relay.upstream import build_request, credential_query_values, target_url
 from switchyard_core.retry import plan_after_failure
-from switchyard_core.rules import Upstream
+from switchyard_core.rules import SHIPPED_RULES, Upstream, load_rules
 from switchyard_core.sse import FrameSplitter
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -344,3 +344,10 @@ def test_a_gemini_upstreams_model_goes_in_the_path_not_the_body() -> None:
 
 def test_credential_query_values() -> None:
     assert credential_query_values(f"{GEMINI_URL}?alt=sse&key=AIza%2Dclient", "https://b.example?x=1") == ["AIza-client"]
+
+
+def test_the_shipped_rules_route_geminis_calls() -> None:
+    rules = load_rules(SHIPPED_RULES)
+    for path in ("/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", "/v1/models/gemini-2.5-flash:generateContent"):
+        route = rules.route_for("generativelanguage.googleapis.com", path, lambda: None)
+        assert route is not None and (route.name, route.api) == ("gemini", "google-gemini")
