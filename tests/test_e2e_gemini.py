@@ -145,6 +145,16 @@ def test_in_stream_unavailable_twice_falls_back_to_the_backup_with_its_own_key(e
     assert backup.body == primary.body  # the model lives in the path: the body is the client's
 
 
+def test_the_sdk_in_proxy_mode(env: Env) -> None:
+    """As the README says: the SDK's HTTP client takes the proxy (here a plain-HTTP upstream)."""
+    env.provider.script("primary", unavailable())
+    options = types.HttpOptions(base_url=env.provider.url("primary", ""), client_args={"proxy": env.mitm.proxy_url})
+    sdk = genai.Client(api_key=CLIENT_KEY, http_options=options)
+    text = "".join(chunk.text or "" for chunk in sdk.models.generate_content_stream(model=MODEL, contents="hi"))
+    assert text == text_of("primary")
+    assert upstreams(env) == ["primary", "primary"]
+
+
 def test_a_valid_stream_passes_through_byte_for_byte(env: Env) -> None:
     result = curl_stream(env)
     assert result.status == 200
