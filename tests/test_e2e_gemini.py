@@ -59,6 +59,12 @@ routes:
       - name: backup
         url: "http://127.0.0.1:{p2}/backup"
         auth: {{header: x-goog-api-key, value: "${{SWY_TEST_GEMINI_KEY}}"}}
+  - name: gemini-keepalive
+    match: {{path: "/keepalive/v1*/models/*"}}
+    pre_answer_keepalive_s: 0.2
+    upstreams:
+      - {{name: keepalive, url: original, retries: 0}}
+      - {{name: backup, url: "http://127.0.0.1:{p2}/backup"}}
 faults:
   - {{route: gemini-faulty, upstream: faulty, kind: sse_error, status: 503, message: "The model is overloaded."}}
 """
@@ -317,17 +323,31 @@ def test_a_fault_on_purpose_speaks_gemini(env: Env) -> None:
     assert backup.headers["x-goog-api-key"] == BACKUP_SECRET
 
 
+def test_the_pre_answer_keepalive_is_blank_lines_that_geminis_sdks_skip(env: Env) -> None:
+    """google-genai and Gemini's JS SDK read only `data:` lines and blank lines: an SSE
+    comment would be a JSON error to one and stop the other's parser for good."""
+    env.provider.script("keepalive", Reply.sse(0.7, *unavailable().pieces))
+    result = curl_stream(env, prefix="keepalive")
+    assert result.headers["x-switchyard-upstream"] == "pending"  # headers left before any upstream answered
+    kept_alive, answer = result.body[:-len(stream_bytes("backup"))], result.body[-len(stream_bytes("backup")):]
+    assert answer == stream_bytes("backup")
+    assert kept_alive and set(kept_alive) <= set(b"\r\n")
+    env.provider.reset()
+    env.provider.script("keepalive", Reply.sse(0.7, *unavailable().pieces))
+    assert stream_text(env, prefix="keepalive") == text_of("backup")
+
+
 # --- the real Gemini CLI ------------------------------------------------------------
 
 
-def run_gemini_cli(env: Env, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def run_gemini_cli(env: Env, tmp_path: Path, prefix: str = "primary") -> subprocess.CompletedProcess[str]:
     """`gemini -p` with its own HOME, pointed at Switchyard (reverse mode)."""
     home = tmp_path / "home"
     (home / ".gemini").mkdir(parents=True)
     (home / ".gemini" / "settings.json").write_text(
         json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
     cli_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "GEMINI_API_KEY": CLIENT_KEY,
-               "GOOGLE_GEMINI_BASE_URL": f"{env.mitm.reverse_url}/primary", "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+               "GOOGLE_GEMINI_BASE_URL": f"{env.mitm.reverse_url}/{prefix}", "GEMINI_CLI_TRUST_WORKSPACE": "true"}
     return subprocess.run([str(agent_binary("gemini")), "-p", "say hello"], env=cli_env, cwd=home,
                           capture_output=True, text=True, timeout=120)
 
@@ -377,3 +397,12 @@ def test_gemini_cli_gets_invalid_argument_as_sent(env: Env, tmp_path: Path) -> N
     assert "decision=fatal" in assert_cli_asked_twice(env, mark)
     assert "API key not valid. Please pass a valid API key." in done.stdout + done.stderr
     assert cli_calls(env) == [("primary", "generateContent"), ("primary", "streamGenerateContent")]
+
+
+def test_gemini_cli_behind_the_pre_answer_keepalive(env: Env, tmp_path: Path) -> None:
+    env.provider.script("keepalive", NORMAL, Reply.sse(0.7, *unavailable().pieces))
+    done = run_gemini_cli(env, tmp_path, prefix="keepalive")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == text_of("backup")
+    assert cli_calls(env) == [("keepalive", "generateContent"), ("keepalive", "streamGenerateContent"),
+                              ("backup", "streamGenerateContent")]

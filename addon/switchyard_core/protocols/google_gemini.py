@@ -260,3 +260,9 @@ class GoogleGemini:
     def error_body(self, message: str, code: str, error_type: str | None = None) -> bytes:
         """Pretty-printed with two spaces, as Google sends its error bodies."""
         return json.dumps(_error(message, code, error_type), indent=2).encode() + b"\n"
+
+    def comment(self, text: str) -> bytes:
+        """A blank line, saying nothing: Google's SDKs read only `data:` lines and blank
+        lines.  An SSE comment is a JSON parse error to python-genai, and it stops the
+        JS SDK's parser (Gemini CLI's) for the rest of the stream."""
+        return b"\r\n"
