@@ -227,6 +227,8 @@ def test_whole_answers_errors_blocked_prompts_and_arrays() -> None:
         ("switchyard_internal_error", None, 502, "INTERNAL"),
         ("INVALID_ARGUMENT", "INVALID_ARGUMENT", 400, "INVALID_ARGUMENT"),
         ("API_KEY_INVALID", "INVALID_ARGUMENT", 400, "INVALID_ARGUMENT"),
+        ("SAFETY", "prompt_blocked", 400, "INVALID_ARGUMENT"),  # a blocked prompt forwarded in band
+        ("RESOURCE_EXHAUSTED", "daily_quota_exhausted", 429, "RESOURCE_EXHAUSTED"),
     ],
 )
 def test_switchyards_own_errors_in_geminis_shape(code: str, error_type: str | None, status: int, name: str) -> None:

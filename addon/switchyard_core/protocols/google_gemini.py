@@ -26,9 +26,10 @@ from typing import Any
 from ..sse import SseEvent
 from .base import Classification, ErrorInfo, FrameKind, StreamState
 from .errors import MESSAGE_LIMIT, error_info
-from .google_rpc import GRPC_HTTP
+from .google_rpc import DAILY_QUOTA, GRPC_HTTP
 
 NAME = "google-gemini"
+PROMPT_BLOCKED = "prompt_blocked"  # the error type of a prompt refused by `promptFeedback.blockReason`
 
 _KEEPALIVE = Classification(FrameKind.KEEPALIVE)
 _LIFECYCLE = Classification(FrameKind.LIFECYCLE, "chunk")
@@ -55,6 +56,12 @@ _OWN_CODES: dict[str, tuple[int, str]] = {
     "stream_stalled": (503, "UNAVAILABLE"),
     "switchyard_internal_error": (502, "INTERNAL"),
     "non_streaming_answer": (502, "INTERNAL"),
+}
+
+# the error types the classifier gives, as Gemini would say them: never a server error
+_TYPES: dict[str, tuple[int, str]] = {
+    PROMPT_BLOCKED: (400, "INVALID_ARGUMENT"),
+    DAILY_QUOTA: (429, "RESOURCE_EXHAUSTED"),
 }
 
 
@@ -146,7 +153,7 @@ def _blocked(obj: dict[str, Any]) -> ErrorInfo | None:
         return None
     message = feedback.get("blockReasonMessage") if isinstance(feedback, dict) else None
     text = message if isinstance(message, str) and message else f"prompt blocked: {reason}"
-    return ErrorInfo(code=reason, type="prompt_blocked", message=text[:MESSAGE_LIMIT], event_type="promptFeedback")
+    return ErrorInfo(code=reason, type=PROMPT_BLOCKED, message=text[:MESSAGE_LIMIT], event_type="promptFeedback")
 
 
 def _failure(obj: Any, kind_name: str) -> Classification | None:
@@ -222,6 +229,8 @@ def _status_of(code: str, error_type: str | None) -> tuple[int, str]:
     for name in (code, error_type):
         if name is not None and name in GRPC_HTTP:
             return GRPC_HTTP[name], name
+    if error_type in _TYPES:
+        return _TYPES[error_type]
     return _OWN_CODES.get(code, (500, "INTERNAL"))
 
 
