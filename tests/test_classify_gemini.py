@@ -19,7 +19,7 @@ from switchyard_core.frame_report import render
 from switchyard_core.protocols import APIS, api_for_path
 from switchyard_core.protocols.base import Classification, FrameKind
 from switchyard_core.protocols.errors import Decision, ErrorPolicy, http_error_info
-from switchyard_core.protocols.google_gemini import GoogleGemini, model_call, upstream_path
+from switchyard_core.protocols.google_gemini import GoogleGemini, model_call, model_in_path, upstream_path
 from switchyard_core.protocols.google_rpc import DAILY_QUOTA, duration_s
 from switchyard_core.relay.exchange import OriginalRequest
 from switchyard_core.relay.upstream import build_request, credential_query_values, target_url
@@ -328,7 +328,31 @@ GEMINI_URL = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5
     ],
 )
 def test_gemini_target_urls(upstream_url: str | None, model: str | None, expected: str) -> None:
-    assert target_url(f"{GEMINI_URL}?alt=sse&key=AIza-client", upstream_url, model) == expected
+    assert target_url(f"{GEMINI_URL}?alt=sse&key=AIza-client", upstream_url, model, "google-gemini") == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "upstream_url", "expected"),
+    [
+        # a token count goes where the answer would, as a token count
+        ("/v1beta/models/gemini-2.5-pro:countTokens", "https://b.example/v1/models/gemini-2.0-flash:generateContent",
+         "https://b.example/v1/models/gemini-2.0-flash:countTokens"),
+        ("/v1beta/models/gemini-2.5-pro:countTokens", "https://b.example/gw", "https://b.example/gw/v1beta/models/gemini-2.5-pro:countTokens"),
+        # no model call at all: a base URL still takes the request's path; a model call's URL is kept as written
+        ("/v1beta/files", "https://b.example/gw", "https://b.example/gw/v1beta/files"),
+        ("/v1beta/files", "https://b.example/v1/models/m:generateContent", "https://b.example/v1/models/m:generateContent"),
+    ],
+)
+def test_gemini_target_urls_of_other_calls(path: str, upstream_url: str, expected: str) -> None:
+    assert target_url(f"https://generativelanguage.googleapis.com{path}", upstream_url, None, "google-gemini") == expected
+
+
+def test_other_apis_keep_their_urls_and_their_body_model() -> None:
+    original = "https://api.openai.com/v1/models/gpt-4o"
+    assert target_url(original, "https://b.example/v1/chat/completions", "gpt-4o-mini", "openai-chat") == \
+        "https://b.example/v1/chat/completions"
+    assert model_in_path("/v1/models/gpt-4o") is None  # OpenAI's own: no model to route by
+    assert model_in_path("/v1beta/models/gemini-2.5-pro:countTokens") == "gemini-2.5-pro"
 
 
 def test_a_gemini_upstreams_model_goes_in_the_path_not_the_body() -> None:
@@ -338,7 +362,7 @@ def test_a_gemini_upstreams_model_goes_in_the_path_not_the_body() -> None:
     assert original.wants_stream  # said by the path
     backup = Upstream(name="backup", url="https://backup.example.com", model="gemini-2.5-flash", retries=0,
                       auth=("x-goog-api-key", "AIza-backup"), headers=())
-    asked = build_request(original, backup)
+    asked = build_request(original, backup, "google-gemini")
     assert asked.body == body
     assert asked.url == "https://backup.example.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     assert [value for name, value in asked.headers if name.lower() == "x-goog-api-key"] == ["AIza-backup"]

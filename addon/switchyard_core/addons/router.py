@@ -24,7 +24,7 @@ from mitmproxy.http import Headers
 
 from .. import observe
 from ..observe import METADATA_KEY
-from ..protocols.google_gemini import model_call
+from ..protocols.google_gemini import model_in_path
 from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Exchange, FlowAddress, OriginalRequest, Relay, UpstreamClient
 from ..relay.relay_connection import reason_phrase
 from ..relay.upstream import redact_query
@@ -322,9 +322,9 @@ def _json_of(flow: http.HTTPFlow) -> Any:
 
 def _requested_model(path: str, body: Callable[[], Any]) -> str | None:
     """The model a request names: in its path for Gemini, else the JSON body's `model`."""
-    call = model_call(path)
-    if call is not None:
-        return call.model
+    in_path = model_in_path(path)
+    if in_path is not None:
+        return in_path
     found = body()
     model = found.get("model") if isinstance(found, dict) else None
     return model if isinstance(model, str) else None

@@ -37,8 +37,9 @@ _OUTPUT = Classification(FrameKind.OUTPUT, "chunk")
 _FINISH = Classification(FrameKind.TERMINAL, "finishReason")
 _UNKNOWN = Classification(FrameKind.OUTPUT, "unknown")
 
-# `…/models/{model}:{method}`, the last segment of every Gemini (and Vertex) model call
-_MODEL_CALL = re.compile(r"^(?P<prefix>.*/models/)(?P<model>[^/:]+):(?P<method>[A-Za-z]+)$")
+# `…/models/{model}:{method}`, the last segment of every Gemini (and Vertex) model call;
+# `…/models/{model}` alone asks about the model
+_MODEL_CALL = re.compile(r"^(?P<prefix>.*/models/)(?P<model>[^/:]+)(?::(?P<method>[A-Za-z]+))?$")
 _METHODS = frozenset({"generateContent", "streamGenerateContent"})
 STREAM_METHOD = "streamGenerateContent"
 
@@ -71,48 +72,67 @@ class ModelCall:
 
     prefix: str  # up to and including `/models/`
     model: str
-    method: str  # generateContent | streamGenerateContent
+    method: str | None  # generateContent, streamGenerateContent, countTokens, ...; None: the model itself
 
     @property
     def path(self) -> str:
-        return f"{self.prefix}{self.model}:{self.method}"
+        return f"{self.prefix}{self.model}" + (f":{self.method}" if self.method else "")
 
 
 def model_call(path: str) -> ModelCall | None:
-    """The model and method a request path names, or None if it is no Gemini call."""
+    """The model (and method) a Gemini request path names, or None."""
     found = _MODEL_CALL.match(path.split("?", 1)[0])
-    if found is None or found.group("method") not in _METHODS:
+    if found is None:
         return None
     return ModelCall(found.group("prefix"), found.group("model"), found.group("method"))
 
 
+def model_in_path(path: str) -> str | None:
+    """The model of a Gemini model call (`…/models/{model}:{method}`), for route matching.
+    A path without a method is left alone: `/v1/models/{model}` is OpenAI's too."""
+    call = model_call(path)
+    return call.model if call is not None and call.method is not None else None
+
+
+def streams(path: str) -> bool:
+    """A Gemini call says in its path that it streams (`:streamGenerateContent`)."""
+    call = model_call(path)
+    return call is not None and call.method == STREAM_METHOD
+
+
 def speaks_gemini(path: str) -> bool:
-    """Whether a request path (or a route's path glob) is Gemini's: a model call, or a
-    glob that ends at one (`/v1beta/models/*`, `…/models/*:streamGenerateContent`)."""
+    """Whether a request path (or a route's path glob) is Gemini's: a generate call, or
+    a glob that ends at one (`/v1beta/models/*`, `…/models/*:streamGenerateContent`)."""
     path = path.split("?", 1)[0].rstrip("/")
-    if model_call(path) is not None:
+    call = model_call(path)
+    if call is not None and call.method in _METHODS:
         return True
     return "/models/" in path and (path.endswith("/models/*") or path.endswith("GenerateContent"))
 
 
-def upstream_path(original_path: str, upstream_path_: str | None, model: str | None) -> str | None:
-    """The path an upstream of a Gemini route is asked at, or None if this is no Gemini call.
+def upstream_path(original_path: str, upstream_url_path: str | None, model: str | None) -> str | None:
+    """The path an upstream of a Gemini route is asked at; None: its URL's as written
+    (or the request's own, for `url: original`).
 
-    The method is always the request's own (one upstream serves both a stream and a
-    whole answer).  An upstream URL that names a model call keeps its prefix and its
-    model; one that names none is a base URL, as `GOOGLE_GEMINI_BASE_URL` is: the
-    request's path is appended to it.  An upstream's `model` replaces the model."""
+    The method is always the request's own (one upstream serves a stream, a whole
+    answer and a token count alike).  An upstream URL that names a model call keeps
+    its prefix and its model; one that names none is a base URL, as
+    `GOOGLE_GEMINI_BASE_URL` is: the request's path is appended to it.  An
+    upstream's `model` replaces the model."""
     call = model_call(original_path)
-    if call is None:
-        return None
-    if upstream_path_ is None:  # the request's own destination
+    if upstream_url_path is None:  # the request's own destination
         target = call
     else:
-        own = model_call(upstream_path_)
-        if own is not None:
-            target = ModelCall(own.prefix, own.model, call.method)
+        own = model_call(upstream_url_path)
+        base = upstream_url_path.rstrip("/")
+        if own is None:
+            if call is None:
+                return base + original_path
+            target = ModelCall(base + call.prefix, call.model, call.method)
         else:
-            target = ModelCall(upstream_path_.rstrip("/") + call.prefix, call.model, call.method)
+            target = ModelCall(own.prefix, own.model, call.method) if call is not None else None
+    if target is None:
+        return None
     if model is not None:
         target = ModelCall(target.prefix, model, target.method)
     return target.path

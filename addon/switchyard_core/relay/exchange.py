@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from urllib.parse import urlsplit
 
-from ..protocols.google_gemini import STREAM_METHOD, model_call
+from ..protocols.google_gemini import streams
 from ..rules import Route
 
 if TYPE_CHECKING:
@@ -39,8 +39,7 @@ class OriginalRequest:
     def of(cls, method: str, url: str, headers: tuple[tuple[str, str], ...], body: bytes, json_body: Any,
            address: str | None = None) -> "OriginalRequest":
         stream = isinstance(json_body, dict) and json_body.get("stream") is True
-        call = model_call(urlsplit(url).path)
-        stream = stream or (call is not None and call.method == STREAM_METHOD)  # Gemini says it in the path
+        stream = stream or streams(urlsplit(url).path)  # Gemini says it in the path
         options = json_body.get("stream_options") if stream else None
         usage = isinstance(options, dict) and options.get("include_usage") is True
         return cls(method, url, headers, body, stream, usage, address)

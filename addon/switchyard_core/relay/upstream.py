@@ -20,7 +20,8 @@ from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 
 from ..protocols.base import ErrorInfo
-from ..protocols.google_gemini import model_call, upstream_path
+from ..protocols.google_gemini import NAME as GEMINI
+from ..protocols.google_gemini import upstream_path
 from ..redaction import CREDENTIAL_HEADERS
 from ..rules import Upstream
 from .body import Body
@@ -87,14 +88,14 @@ class UpstreamRequest:
     address: str | None = None
 
 
-def target_url(original_url: str, upstream_url: str | None, model: str | None = None) -> str:
+def target_url(original_url: str, upstream_url: str | None, model: str | None = None, api: str | None = None) -> str:
     """Where an upstream's attempt goes: its URL plus the original query if it has
-    none; the client's credential query parameters never cross origins.  A Gemini
-    call's model and method are in its path (`gemini_target_url`)."""
-    original = urlsplit(original_url)
-    gemini_path = upstream_path(original.path, urlsplit(upstream_url).path if upstream_url else None, model)
-    if gemini_path is not None:
-        return gemini_target_url(original_url, upstream_url, gemini_path)
+    none; the client's credential query parameters never cross origins.  On a
+    Gemini route the model and method are in the path (`gemini_target_url`)."""
+    if api == GEMINI:
+        path = upstream_path(urlsplit(original_url).path, urlsplit(upstream_url).path if upstream_url else None, model)
+        if path is not None:
+            return gemini_target_url(original_url, upstream_url, path)
     if upstream_url is None:
         return original_url
     target = urlsplit(upstream_url)
@@ -156,12 +157,12 @@ def is_cross_origin(url: str, other: str) -> bool:
     return _origin(url) != _origin(other)
 
 
-def display_url(original: OriginalRequest, upstream: Upstream) -> str:
+def display_url(original: OriginalRequest, upstream: Upstream, api: str | None = None) -> str:
     """The attempt's URL as it may be shown: `${VAR}` values left unexpanded, except
     in the host and port, which must parse (mitmweb shows them as the destination)."""
-    shown = urlsplit(target_url(original.url, upstream.display_url, upstream.model))
+    shown = urlsplit(target_url(original.url, upstream.display_url, upstream.model, api))
     if "${" in shown.netloc:
-        real = urlsplit(target_url(original.url, upstream.url, upstream.model))
+        real = urlsplit(target_url(original.url, upstream.url, upstream.model, api))
         shown = shown._replace(netloc=real.netloc)
     return urlunsplit(shown)
 
@@ -172,9 +173,10 @@ def secret_header_names(upstream: Upstream | None) -> frozenset[str]:
     return CREDENTIAL_HEADERS | (upstream.secret_headers if upstream else frozenset())
 
 
-def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequest:
-    """The request one upstream receives: the client's, re-aimed and re-credentialed."""
-    url = target_url(original.url, upstream.url, upstream.model)
+def build_request(original: OriginalRequest, upstream: Upstream, api: str | None = None) -> UpstreamRequest:
+    """The request one upstream receives: the client's, re-aimed and re-credentialed
+    (`api`: the route's, which says where its model is)."""
+    url = target_url(original.url, upstream.url, upstream.model, api)
     cross_origin = is_cross_origin(url, original.url)
     replaced = {name.lower() for name, _ in upstream.headers}
     if upstream.auth is not None:
@@ -197,8 +199,8 @@ def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequ
     if upstream.auth is not None:
         headers.append(upstream.auth)
     body = original.body
-    if upstream.model is not None and model_call(urlsplit(original.url).path) is None:
-        body = _with_model(body, upstream.model)  # (a Gemini call's model is in its path)
+    if upstream.model is not None and api != GEMINI:
+        body = _with_model(body, upstream.model)  # (Gemini's is in the path)
     return UpstreamRequest(original.method, url, tuple(headers), body,
                            original.address if upstream.url is None else None)
 
