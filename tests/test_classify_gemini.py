@@ -16,13 +16,13 @@ import pytest
 
 from switchyard_core.faults import error_body, error_frame
 from switchyard_core.frame_report import render
-from switchyard_core.protocols import APIS, api_for_path
-from switchyard_core.protocols.base import Classification, FrameKind
-from switchyard_core.protocols.errors import Decision, ErrorPolicy, http_error_info
-from switchyard_core.protocols.google_gemini import GoogleGemini, model_call, model_in_path, upstream_path
-from switchyard_core.protocols.google_rpc import DAILY_QUOTA, duration_s
-from switchyard_core.relay.exchange import OriginalRequest
-from switchyard_core.relay.upstream import build_request, credential_query_values, target_url
+from switchyard_core.apis import APIS, api_for_path
+from switchyard_core.apis.base import Classification, FrameKind
+from switchyard_core.apis.errors import Decision, ErrorPolicy, http_error_info
+from switchyard_core.apis.google_gemini import GoogleGemini, model_call, model_in_path, upstream_path
+from switchyard_core.apis.google_rpc import DAILY_QUOTA, duration_s
+from switchyard_core.exchange import OriginalRequest
+from switchyard_core.upstreams.messages import build_request, credential_query_values, target_url
 from switchyard_core.retry import plan_after_failure
 from switchyard_core.rules import SHIPPED_RULES, Upstream, load_rules
 from switchyard_core.sse import FrameSplitter

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .protocols.base import Classification, ErrorInfo, FrameKind, StreamClassifier
-from .protocols.errors import CAPACITY_CODES, rewrite_capacity_codes
+from .apis.base import Classification, ErrorInfo, FrameKind, StreamClassifier
+from .apis.errors import CAPACITY_CODES, rewrite_capacity_codes
 from .sse import Frame, FrameSplitter, SseEvent
 
 _FRAME_ENDS = (b"\n\n", b"\r\n\r\n")  # the blank lines a read of whole frames ends with (Gemini's: CRLF)

@@ -23,14 +23,16 @@ from mitmproxy import addonmanager, command, connection, ctx, hooks, http
 from mitmproxy.http import Headers
 
 from .. import observe
+from ..exchange import Exchange, FlowAddress, OriginalRequest
 from ..observe import METADATA_KEY
-from ..protocols.google_gemini import model_in_path
-from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Exchange, FlowAddress, OriginalRequest, Relay, UpstreamClient
-from ..relay.relay_connection import reason_phrase
-from ..relay.upstream import redact_query
+from ..apis.google_gemini import model_in_path
+from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Relay
+from ..relay.connection import reason_phrase
+from ..relay.mitmproxy_reader import relay_streams
+from ..upstreams import UpstreamClient
+from ..upstreams.messages import redact_query
 from .destination import destination, named_url
 from .flow_story import DisplayCopy, annotate, restore, show_attempts
-from .relay_streams import relay_streams
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral
 

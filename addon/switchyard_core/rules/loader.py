@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from ..protocols import api_for_path
-from ..protocols.errors import DEFAULT_RETRY_ON
+from ..apis import api_for_path
+from ..apis.errors import DEFAULT_RETRY_ON
 from .locations import RulesError, compose_with_lines, field_problem, line_of, validation_problems
 from .schema import FaultSpec, RulesFile, Settings, UpstreamSpec
 

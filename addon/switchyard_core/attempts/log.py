@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 
 from .. import observe
-from ..protocols import ErrorInfo
+from ..apis import ErrorInfo
+from ..exchange import AttemptRecord, Exchange
 from ..redaction import redact, secret_values
-from .exchange import AttemptRecord, Exchange
-from .upstream import credential_query_values
+from ..upstreams.messages import credential_query_values
 
 
 class AttemptLog:

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from urllib.parse import urlsplit
 
-from ..protocols.google_gemini import streams
-from ..rules import Route
+from .apis.google_gemini import streams
+from .rules import Route
 
 if TYPE_CHECKING:
-    from ..faults import FaultPlan
+    from .faults import FaultPlan
 
 
 @dataclass(frozen=True, slots=True)
