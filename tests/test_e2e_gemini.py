@@ -406,3 +406,32 @@ def test_gemini_cli_behind_the_pre_answer_keepalive(env: Env, tmp_path: Path) ->
     assert done.stdout.strip() == text_of("backup")
     assert cli_calls(env) == [("keepalive", "generateContent"), ("keepalive", "streamGenerateContent"),
                               ("backup", "streamGenerateContent")]
+
+
+def test_gemini_cli_gets_its_answer_after_a_429_retry_delay(env: Env, tmp_path: Path) -> None:
+    retry_info = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"}]
+    body = gemini_wire.error_body(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).",
+                                  retry_info)
+    env.provider.script("primary", NORMAL, Reply.json(429, body))
+    mark = env.mitm.log_mark()
+    done = run_gemini_cli(env, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == text_of("primary")
+    log = assert_cli_asked_twice(env, mark)
+    assert "status=429 code=RESOURCE_EXHAUSTED event=http decision=retry delay_s=1.5 " in log
+
+
+def test_gemini_cli_error_after_output_is_forwarded_not_replayed(env: Env, tmp_path: Path) -> None:
+    """Gemini CLI retries the in-stream 503 itself; Switchyard sends each of its
+    requests upstream exactly once."""
+    error = gemini_wire.error_frame(503, "UNAVAILABLE", "This model is currently experiencing high demand.")
+    env.provider.script("primary", NORMAL, Reply.sse(gemini_wire.chunk("Hello"), error))
+    mark = env.mitm.log_mark()
+    done = run_gemini_cli(env, tmp_path)
+    log = env.mitm.wait_for_log("switchyard.failover_suppressed_after_semantic_output route=gemini", mark)
+    streams = [c for c in cli_calls(env) if c[1] == "streamGenerateContent"]
+    client_streams = env.mitm.wait_for_log(": POST http", mark, count=1 + len(streams)).count(": POST http") - 1
+    assert len(streams) == client_streams == 2, (streams, log)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # its own retry's answer (after the "Hello" it had already printed)
+    assert done.stdout.strip().endswith(text_of("primary"))
