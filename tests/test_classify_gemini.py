@@ -359,7 +359,9 @@ def test_a_gemini_upstreams_model_goes_in_the_path_not_the_body() -> None:
     body = json.dumps({"contents": [{"parts": [{"text": "hi"}]}]}).encode()
     original = OriginalRequest.of("POST", f"{GEMINI_URL}?alt=sse", (("x-goog-api-key", "AIza-client"),), body,
                                   json.loads(body))
-    assert original.wants_stream  # said by the path
+    assert original.wants_stream  # said by the URL
+    array = OriginalRequest.of("POST", GEMINI_URL, (), body, json.loads(body))
+    assert not array.wants_stream  # no alt=sse: a JSON array, held whole
     backup = Upstream(name="backup", url="https://backup.example.com", model="gemini-2.5-flash", retries=0,
                       auth=("x-goog-api-key", "AIza-backup"), headers=())
     asked = build_request(original, backup, "google-gemini")

@@ -337,6 +337,21 @@ def test_the_pre_answer_keepalive_is_blank_lines_that_geminis_sdks_skip(env: Env
     assert stream_text(env, prefix="keepalive") == text_of("backup")
 
 
+def test_a_stream_asked_without_alt_sse_is_a_json_array_held_whole(env: Env) -> None:
+    """No keepalive (it would announce an event stream), and an error in the array,
+    even after content, is retried: the client has seen nothing yet."""
+    overloaded = [json.loads(gemini_wire.chunk("Hello")[len(b"data: "):]),
+                  gemini_wire.error(503, "UNAVAILABLE", "The model is overloaded. Please try again later.")]
+    env.provider.script("keepalive", Reply(200, [0.7, json.dumps(overloaded).encode()], content_type="application/json"))
+    answer = json.dumps([gemini_wire.response(text_of("backup"))], indent=2).encode()
+    env.provider.script("backup", Reply(200, [answer], content_type="application/json"))
+    result = curl_stream(env, prefix="keepalive", query="")
+    assert (result.status, result.body) == (200, answer)
+    assert result.headers["content-type"].startswith("application/json")
+    assert result.headers["x-switchyard-upstream"] == "backup"
+    assert upstreams(env) == ["keepalive", "backup"]
+
+
 # --- the real Gemini CLI ------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from ..sse import SseEvent
 from .base import Classification, ErrorInfo, FrameKind, StreamState
@@ -94,10 +95,13 @@ def model_in_path(path: str) -> str | None:
     return call.model if call is not None and call.method is not None else None
 
 
-def streams(path: str) -> bool:
-    """A Gemini call says in its path that it streams (`:streamGenerateContent`)."""
-    call = model_call(path)
-    return call is not None and call.method == STREAM_METHOD
+def streams(url: str) -> bool:
+    """A Gemini call says in its URL that it streams: `:streamGenerateContent?alt=sse`.
+    Without `alt=sse` the answer is a JSON array, held whole like any JSON answer (a
+    keepalive would announce an event stream that never comes)."""
+    parts = urlsplit(url)
+    call = model_call(parts.path)
+    return call is not None and call.method == STREAM_METHOD and ("alt", "sse") in parse_qsl(parts.query)
 
 
 def speaks_gemini(path: str) -> bool:
