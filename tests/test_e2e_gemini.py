@@ -1,91 +1,35 @@
 """Google Gemini through a real mitmdump, a loopback upstream that speaks Gemini's API,
-Google's google-genai SDK, curl, and the real Gemini CLI.
+Google's google-genai SDK and curl (routes and helpers: tests/support/gemini_env.py).
 
-The `gemini` route: upstream `primary` is the request's own destination
-(retries: 1, so two attempts); `backup` is on the fake provider's second port,
-names its own model call in its URL (`gemini-2.5-flash-lite`), and carries its
-own key in the query (`?key=${SWY_TEST_GEMINI_KEY}`), never the client's.  Wire
-shapes come from reference/provider-sse-shapes.md §4 and the fixtures beside
-the classifier tests.
+Each test scripts what the upstreams answer and asserts what a user would
+notice: the bytes or text the client got, which upstreams were asked, how, and
+with which key, and what was logged.  Wire shapes come from
+reference/provider-sse-shapes.md §4 and the fixtures beside the classifier tests.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from google import genai
 from google.genai import errors, types
 
 from tests.conftest import BACKUP_SECRET, Env
-from tests.support import gemini_wire, wire
-from tests.support.agents import agent_binary
-from tests.support.fake_provider import NORMAL, RESET, FakeProvider, Reply
-from tests.support.mitm import Mitmdump, start_mitmdump
-
-FIXTURES = Path(__file__).parent / "fixtures"
-CLIENT_KEY = "AIzaSy-client-GEMINI-5e6f7a"
-MODEL = "gemini-2.5-flash"
-STREAM_PATH = f"/v1beta/models/{MODEL}:streamGenerateContent"
-
-RULES = """\
-version: 1
-defaults:
-  retries: 1
-  backoff_ms: 1
-  max_backoff_ms: 3000
-  headers_timeout_s: 5
-  idle_timeout_s: 3
-  pre_answer_keepalive_s: 0
-routes:
-  - name: gemini
-    match: {{path: "/primary/v1*/models/*"}}
-    upstreams:
-      - {{name: primary, url: original}}
-      - name: backup
-        url: "http://127.0.0.1:{p2}/backup/v1beta/models/gemini-2.5-flash-lite:generateContent?key=${{SWY_TEST_GEMINI_KEY}}"
-        retries: 0
-  - name: gemini-pro
-    match: {{path: "/routed/v1*/models/*", model: "gemini-2.5-pro*"}}
-    upstreams:
-      - {{name: routed, url: original, model: gemini-2.5-flash}}
-  - name: gemini-faulty
-    match: {{path: "/faulty/v1*/models/*"}}
-    upstreams:
-      - {{name: faulty, url: original, retries: 0}}
-      - name: backup
-        url: "http://127.0.0.1:{p2}/backup"
-        auth: {{header: x-goog-api-key, value: "${{SWY_TEST_GEMINI_KEY}}"}}
-  - name: gemini-keepalive
-    match: {{path: "/keepalive/v1*/models/*"}}
-    pre_answer_keepalive_s: 0.2
-    upstreams:
-      - {{name: keepalive, url: original, retries: 0}}
-      - {{name: backup, url: "http://127.0.0.1:{p2}/backup"}}
-faults:
-  - {{route: gemini-faulty, upstream: faulty, kind: sse_error, status: 503, message: "The model is overloaded."}}
-"""
-
-
-@pytest.fixture(scope="module")
-def gemini_mitm(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mitmdump]:
-    workdir = tmp_path_factory.mktemp("mitm-gemini")
-    rules = workdir / "rules.yaml"
-    rules.write_text(RULES.format(p2=provider.ports[1]))
-    dump = start_mitmdump(rules, workdir / "mitmdump.log", reverse_target=f"http://127.0.0.1:{provider.ports[0]}",
-                          env={"SWY_TEST_GEMINI_KEY": BACKUP_SECRET})
-    yield dump
-    dump.stop()
-
-
-@pytest.fixture
-def env(provider: FakeProvider, gemini_mitm: Mitmdump) -> Iterator[Env]:
-    provider.reset()
-    yield Env(provider, gemini_mitm, Path(gemini_mitm.log_path).parent / "rules.yaml")
-    provider.reset()
+from tests.support import gemini_wire
+from tests.support.fake_provider import RESET, Reply
+from tests.support.gemini_env import (  # noqa: F401 -- env and gemini_mitm are fixtures
+    CLIENT_KEY,
+    FIXTURES,
+    MODEL,
+    curl_stream,
+    env,
+    gemini_mitm,
+    stream_bytes,
+    text_of,
+    unavailable,
+    upstreams,
+)
 
 
 def client(env: Env, prefix: str = "primary") -> genai.Client:
@@ -100,29 +44,6 @@ def stream_text(env: Env, collected: list[str] | None = None, prefix: str = "pri
     for chunk in sdk.models.generate_content_stream(model=MODEL, contents="say hello"):
         pieces.append(chunk.text or "")
     return "".join(pieces)
-
-
-def curl_stream(env: Env, prefix: str = "primary", query: str = "alt=sse",  # type: ignore[no-untyped-def]
-                key_header: bool = True):
-    body = json.dumps({"contents": [{"role": "user", "parts": [{"text": "say hello"}]}]}).encode()
-    return env.curl(f"{env.mitm.reverse_url}/{prefix}{STREAM_PATH}?{query}", body,
-                    headers={"x-goog-api-key": CLIENT_KEY} if key_header else {}, via_proxy=False)
-
-
-def upstreams(env: Env) -> list[str]:
-    return [call.upstream for call in env.provider.calls]
-
-
-def unavailable() -> Reply:
-    return Reply.sse(*[(FIXTURES / "gemini_unavailable_first.sse").read_bytes()])
-
-
-def text_of(upstream: str) -> str:
-    return wire.answer_text(upstream)
-
-
-def stream_bytes(upstream: str) -> bytes:
-    return b"".join(gemini_wire.stream(text_of(upstream)))
 
 
 # --- google-genai, streaming ------------------------------------------------------
@@ -350,103 +271,3 @@ def test_a_stream_asked_without_alt_sse_is_a_json_array_held_whole(env: Env) -> 
     assert result.headers["content-type"].startswith("application/json")
     assert result.headers["x-switchyard-upstream"] == "backup"
     assert upstreams(env) == ["keepalive", "backup"]
-
-
-# --- the real Gemini CLI ------------------------------------------------------------
-
-
-def run_gemini_cli(env: Env, tmp_path: Path, prefix: str = "primary") -> subprocess.CompletedProcess[str]:
-    """`gemini -p` with its own HOME, pointed at Switchyard (reverse mode)."""
-    home = tmp_path / "home"
-    (home / ".gemini").mkdir(parents=True)
-    (home / ".gemini" / "settings.json").write_text(
-        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
-    cli_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "GEMINI_API_KEY": CLIENT_KEY,
-               "GOOGLE_GEMINI_BASE_URL": f"{env.mitm.reverse_url}/{prefix}", "GEMINI_CLI_TRUST_WORKSPACE": "true"}
-    return subprocess.run([str(agent_binary("gemini")), "-p", "say hello"], env=cli_env, cwd=home,
-                          capture_output=True, text=True, timeout=120)
-
-
-def cli_calls(env: Env) -> list[tuple[str, str]]:
-    return [(call.upstream, call.path.rsplit(":", 1)[1]) for call in env.provider.calls]
-
-
-def assert_cli_asked_twice(env: Env, mark: int) -> str:
-    """The CLI sent two requests (its router's, then the stream) and no retry of its own
-    (it retries an in-stream 503 itself): mitmdump prints each client flow once done."""
-    log = env.mitm.wait_for_log(": POST http", mark, count=2)
-    assert log.count(": POST http") == 2, log
-    return log
-
-
-def test_gemini_cli_in_stream_unavailable_is_retried(env: Env, tmp_path: Path) -> None:
-    # its model router's :generateContent first (answered normally), then the stream
-    env.provider.script("primary", NORMAL, unavailable())
-    mark = env.mitm.log_mark()
-    done = run_gemini_cli(env, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == text_of("primary")
-    assert "switchyard.retry_answered route=gemini" in assert_cli_asked_twice(env, mark)
-    assert cli_calls(env) == [("primary", "generateContent"), ("primary", "streamGenerateContent"),
-                              ("primary", "streamGenerateContent")]
-
-
-def test_gemini_cli_falls_back_to_the_backup(env: Env, tmp_path: Path) -> None:
-    env.provider.script("primary", NORMAL, unavailable(), unavailable())
-    mark = env.mitm.log_mark()
-    done = run_gemini_cli(env, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == text_of("backup")
-    assert "switchyard.fallback_answered route=gemini upstream=backup" in assert_cli_asked_twice(env, mark)
-    assert cli_calls(env) == [("primary", "generateContent"), ("primary", "streamGenerateContent"),
-                              ("primary", "streamGenerateContent"), ("backup", "streamGenerateContent")]
-    assert CLIENT_KEY not in json.dumps(env.provider.calls[-1].headers)
-
-
-def test_gemini_cli_gets_invalid_argument_as_sent(env: Env, tmp_path: Path) -> None:
-    sent = (FIXTURES / "gemini_http_400_api_key_invalid.json").read_bytes()
-    env.provider.script("primary", NORMAL, Reply.json(400, sent))
-    mark = env.mitm.log_mark()
-    done = run_gemini_cli(env, tmp_path)
-    assert done.returncode != 0
-    assert "decision=fatal" in assert_cli_asked_twice(env, mark)
-    assert "API key not valid. Please pass a valid API key." in done.stdout + done.stderr
-    assert cli_calls(env) == [("primary", "generateContent"), ("primary", "streamGenerateContent")]
-
-
-def test_gemini_cli_behind_the_pre_answer_keepalive(env: Env, tmp_path: Path) -> None:
-    env.provider.script("keepalive", NORMAL, Reply.sse(0.7, *unavailable().pieces))
-    done = run_gemini_cli(env, tmp_path, prefix="keepalive")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == text_of("backup")
-    assert cli_calls(env) == [("keepalive", "generateContent"), ("keepalive", "streamGenerateContent"),
-                              ("backup", "streamGenerateContent")]
-
-
-def test_gemini_cli_gets_its_answer_after_a_429_retry_delay(env: Env, tmp_path: Path) -> None:
-    retry_info = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"}]
-    body = gemini_wire.error_body(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).",
-                                  retry_info)
-    env.provider.script("primary", NORMAL, Reply.json(429, body))
-    mark = env.mitm.log_mark()
-    done = run_gemini_cli(env, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == text_of("primary")
-    log = assert_cli_asked_twice(env, mark)
-    assert "status=429 code=RESOURCE_EXHAUSTED event=http decision=retry delay_s=1.5 " in log
-
-
-def test_gemini_cli_error_after_output_is_forwarded_not_replayed(env: Env, tmp_path: Path) -> None:
-    """Gemini CLI retries the in-stream 503 itself; Switchyard sends each of its
-    requests upstream exactly once."""
-    error = gemini_wire.error_frame(503, "UNAVAILABLE", "This model is currently experiencing high demand.")
-    env.provider.script("primary", NORMAL, Reply.sse(gemini_wire.chunk("Hello"), error))
-    mark = env.mitm.log_mark()
-    done = run_gemini_cli(env, tmp_path)
-    log = env.mitm.wait_for_log("switchyard.failover_suppressed_after_semantic_output route=gemini", mark)
-    streams = [c for c in cli_calls(env) if c[1] == "streamGenerateContent"]
-    client_streams = env.mitm.wait_for_log(": POST http", mark, count=1 + len(streams)).count(": POST http") - 1
-    assert len(streams) == client_streams == 2, (streams, log)
-    assert done.returncode == 0, done.stderr[-3000:]
-    # its own retry's answer (after the "Hello" it had already printed)
-    assert done.stdout.strip().endswith(text_of("primary"))
