@@ -246,6 +246,9 @@ def test_faults_speak_gemini() -> None:
     assert frame == (b'data: {"error": {"code": 503, "message": "provider overloaded", "status": "UNAVAILABLE"}}'
                      b"\r\n\r\n")
     assert one(json.loads(frame[6:])).kind is F
+    overload = json.loads(error_frame("google-gemini", "overload_message", 503, "Our servers are currently overloaded.")[6:])
+    assert overload["error"]["code"] == 400  # python-genai raises on a code; the text says retry
+    assert ErrorPolicy().decide(one(overload).error) is Decision.RETRY  # type: ignore[arg-type]
     body = json.loads(error_body("google-gemini", 429, "slow down"))
     assert body == {"error": {"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED"}}
 

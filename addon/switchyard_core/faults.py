@@ -75,7 +75,7 @@ def error_frame(api: str, kind: str, status: int, message: str) -> bytes:
         return APIS[api].error_event(message, *code_and_type_for_status(api, status))
     if api == GEMINI:  # Gemini has one in-stream error, its error model's (`response_failed` is it too)
         if kind == "overload_message":
-            return b"data: " + json.dumps({"error": {"message": message}}).encode() + b"\r\n\r\n"
+            status = 400  # the text alone says "overload"; Google's SDKs need some code beside it
         return APIS[api].error_event(message, *code_and_type_for_status(api, status))
     if api == RESPONSES:
         if kind == "overload_message":
