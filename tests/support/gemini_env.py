@@ -84,6 +84,8 @@ def env(provider: FakeProvider, gemini_mitm: Mitmdump) -> Iterator[Env]:
 
 
 def curl_stream(env: Env, prefix: str = "primary", query: str = "alt=sse", key_header: bool = True) -> CurlResult:
+    """A stream asked with curl at mitmdump's reverse listener: the exact bytes it got.
+    The client's key goes in `x-goog-api-key` unless `key_header` is off."""
     body = json.dumps({"contents": [{"role": "user", "parts": [{"text": "say hello"}]}]}).encode()
     return env.curl(f"{env.mitm.reverse_url}/{prefix}{STREAM_PATH}?{query}", body,
                     headers={"x-goog-api-key": CLIENT_KEY} if key_header else {}, via_proxy=False)
@@ -94,6 +96,7 @@ def upstreams(env: Env) -> list[str]:
 
 
 def unavailable() -> Reply:
+    """A 200 stream whose first frame is Gemini's 503 UNAVAILABLE (reference §4.2)."""
     return Reply.sse(*[(FIXTURES / "gemini_unavailable_first.sse").read_bytes()])
 
 
@@ -102,4 +105,5 @@ def text_of(upstream: str) -> str:
 
 
 def stream_bytes(upstream: str) -> bytes:
+    """The fake provider's normal stream for `upstream`, byte for byte."""
     return b"".join(gemini_wire.stream(text_of(upstream)))
