@@ -149,6 +149,7 @@ class Call:
     path: str
     headers: dict[str, str]
     body: bytes
+    query: str = ""  # as sent (Gemini's `alt=sse` and `key` live there)
 
     def json(self) -> object:
         return json.loads(self.body)
@@ -201,12 +202,13 @@ class FakeProvider:
         port = request.transport.get_extra_info("sockname")[1] if request.transport else 0
         side = side_reply(request.method, "/" + rest, request.headers)
         with self._lock:
-            self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body))
+            self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body,
+                                   request.query_string))
             queue = self._scripts.get(upstream) if side is None else None
             reply = side or (queue.popleft() if queue else None)
             self._in_flight += 1
         if reply is None or reply is NORMAL:
-            reply = wire.normal_reply("/" + rest, upstream, _nonce(body), stream=_wants_stream(body))
+            reply = wire.normal_reply("/" + rest, upstream, _nonce(body), stream=_wants_stream(body), request=body)
             if self.pace_s and reply.content_type == "text/event-stream":
                 reply = Reply.sse(*paced(reply.pieces, self.pace_s))
         try:

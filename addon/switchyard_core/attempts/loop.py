@@ -118,11 +118,11 @@ class AttemptLoop:
 
     async def _attempt(self, turn: Turn) -> _Failed | None:
         upstream = turn.upstream
-        request = build_request(self.exchange.request, upstream)
+        request = build_request(self.exchange.request, upstream, self.api.name)
         record = AttemptRecord(
             attempt=len(self.exchange.attempts) + 1,
             upstream=upstream.name,
-            url=display_url(self.exchange.request, upstream),
+            url=display_url(self.exchange.request, upstream, self.api.name),
             started=time.monotonic(),
             request_headers=request.headers,
             secret_headers=secret_header_names(upstream),

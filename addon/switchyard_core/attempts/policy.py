@@ -52,7 +52,8 @@ class Verdict:
 def judge(info: ErrorInfo, turn: Turn, settings: AttemptSettings, policy: ErrorPolicy, *, timed_out: bool = False,
           headers: Mapping[str, str] | None = None, jitter: Callable[[], float] = random.random) -> Verdict:
     """The error policy's decision on `info` (and the answer's `x-should-retry`), then the plan
-    within the upstream's budget, its backoff and the answer's Retry-After."""
+    within the upstream's budget, its backoff and the answer's Retry-After (or the delay
+    its body asks for, as Gemini's RetryInfo does)."""
     decision = policy.decide(info, headers.get("x-should-retry") if headers else None)
     plan = plan_after_failure(
         decision,
@@ -60,9 +61,14 @@ def judge(info: ErrorInfo, turn: Turn, settings: AttemptSettings, policy: ErrorP
         budget=turn.upstream.retries,
         has_next=turn.has_next,
         timed_out=timed_out,
-        retry_after=retry_after_s(headers),
+        retry_after=_first_set(retry_after_s(headers), info.retry_after_s),
         backoff_ms=settings.backoff_ms,
         max_backoff_ms=settings.max_backoff_ms,
         jitter=jitter,
     )
     return Verdict(decision, plan)
+
+
+def _first_set(header: float | None, body: float | None) -> float | None:
+    """A Retry-After header wins over a delay the body asks for (Gemini's RetryInfo)."""
+    return header if header is not None else body
