@@ -23,12 +23,15 @@ class AttemptLog:
         self.api = exchange.route.api
         self._secrets = secret_values(exchange.request.headers, exchange.route.upstreams)
         self._quiet_commit: tuple[AttemptRecord, str] | None = None
+        # fields every line of this exchange carries besides its own (a WebSocket turn's transport and number)
+        self.context: dict[str, object] = {}
 
     def redact(self, text: str) -> str:
         return redact(text, self._secrets)
 
     def fields(self, record: AttemptRecord) -> dict[str, object]:
-        return {"route": self.route, "upstream": record.upstream, "attempt": record.attempt, "request_id": record.request_id}
+        return {"route": self.route, "upstream": record.upstream, "attempt": record.attempt, "request_id": record.request_id,
+                **self.context}
 
     def failed(self, record: AttemptRecord, info: ErrorInfo, decision: str, delay_s: float | None) -> None:
         observe.emit(
@@ -47,6 +50,7 @@ class AttemptLog:
             delay_s=round(delay_s, 3) if delay_s is not None else None,
             message=self.redact(info.message),
             request_id=record.request_id,
+            **self.context,
         )
 
     def committed(self, record: AttemptRecord, first_event: str) -> None:
@@ -84,6 +88,7 @@ class AttemptLog:
             code=(info.code or info.type) if info else None,
             message=self.redact(info.message) if info else None,
             request_id=record.request_id,
+            **self.context,
         )
 
     def cut(self, record: AttemptRecord, code: str, message: str) -> None:
@@ -91,4 +96,4 @@ class AttemptLog:
 
     def exhausted(self, message: str) -> None:
         observe.emit(logging.WARNING, "switchyard.exhausted", route=self.route,
-                     attempts=len(self.exchange.attempts), message=self.redact(message))
+                     attempts=len(self.exchange.attempts), message=self.redact(message), **self.context)

@@ -121,4 +121,6 @@ class Exchange:
     # if they can be found (then the answer goes to mitmproxy in-process: relay/direct_line.py)
     mitmproxy_streams: "Callable[[], tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] | None" = None
     upstream_proxy: str | None = None  # the upstream-mode proxy the flow's listener sends through, if any
+    websocket: bool = False  # a WebSocket handshake: the relay terminates it (relay/websocket/)
+    story: dict[str, Any] | None = None  # a WebSocket's story, shown live in the flow's metadata
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections import Counter
 
 from .. import observe
 from ..faults import FaultPlan
@@ -29,6 +30,7 @@ from .attempts import AttemptLoop
 from .exchange import Exchange, OriginalRequest
 from .relay_connection import RelayConnection
 from .upstream_client import UpstreamClient
+from .websocket.session import WebSocketSession
 
 RETIRE_MAX_S = 600.0  # a retired relay (the script was reloaded) stops by then whatever is in flight
 UNUSED_TOKEN_GRACE_S = 5.0  # ... and waits this long for flows it issued tokens to just before
@@ -45,6 +47,7 @@ class Relay:
         self.in_flight = 0  # exchanges being served now (switchyard.status shows it)
         self.answers = 0  # exchanges served, and how many of them went to mitmproxy in-process
         self.direct_answers = 0
+        self.websocket: Counter[str] = Counter()  # WebSocket connections, turns, retries, fallbacks
         self._retired: list[UpstreamClient] = []
         self._starting = asyncio.Lock()
         self._retiring = False
@@ -152,6 +155,9 @@ class Relay:
             sink.send_whole(403, [("Content-Type", "text/plain; charset=utf-8")],
                             b"switchyard relay: unknown or used token\n")
             return
+        if exchange.websocket:
+            await WebSocketSession(exchange, sink, self.client_via(exchange.upstream_proxy), self.websocket).run()
+            return  # the connection was the session's: nothing more goes on it
         if sink.go_direct(exchange):
             self.direct_answers += 1
         if exchange.provisional_head and exchange.request.method != "HEAD":

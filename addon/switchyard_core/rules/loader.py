@@ -62,6 +62,7 @@ class Upstream:
     headers: tuple[tuple[str, str], ...]
     display_url: str | None = None  # `url` as written, `${VAR}` unexpanded: safe to show
     secret_headers: frozenset[str] = frozenset()  # lowercased names whose values came from the environment
+    websocket: bool | None = None  # Responses turns over WebSocket: None tries the upgrade, False never does
 
     @property
     def is_original(self) -> bool:
@@ -162,6 +163,7 @@ def _resolve_upstream(
         headers=headers,
         display_url=None if spec.url == "original" else spec.url,
         secret_headers=frozenset(secret),
+        websocket=None if spec.websocket == "auto" else bool(spec.websocket),
     )
 
 

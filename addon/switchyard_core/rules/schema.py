@@ -94,6 +94,8 @@ class UpstreamSpec(_Strict):
     retries: Count | None = None
     auth: Auth | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+    # Responses turns over WebSocket: auto tries the upgrade and takes HTTP SSE when refused
+    websocket: Literal["auto"] | Annotated[bool, Field(strict=True)] = "auto"
 
 
 class RouteSpec(Settings):

@@ -1,0 +1,343 @@
+"""A client's Responses WebSocket, terminated in the relay.
+
+The Router sends a matched upgrade to the relay like any routed request;
+the relay answers 101 and this session takes the connection over: mitmproxy
+then carries the client's messages to it and its messages to the client
+(and shows them in the flow).  The session speaks WebSocket (wsproto) as a
+server towards mitmproxy and as a client towards upstreams.
+
+Each client `response.create` is a turn, run to its end before the next
+(one response at a time, as a Responses WebSocket does): a `TurnLoop`
+through the same attempt loop and gate as an HTTP stream.  A turn may be
+re-sent while no earlier turn of the connection produced output; it then
+goes to the connection's upstream first and on through the route's next ones.
+Later turns go to the upstream that answered.  Everything the upstream sends
+reaches the client in order, its close last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from wsproto import ConnectionType
+from wsproto.connection import Connection
+from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMessage
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
+
+from ... import observe
+from ...rules import Upstream
+from ..exchange import Exchange, OriginalRequest
+from ..upstream import UpstreamRequest
+from ..upstream_client import UpstreamClient
+from .carry import as_http_body, as_message, fold, is_warm_up, parse_create
+from .turn import TRANSPORT, Turn, TurnLoop, narrowed
+from .upstream_socket import MESSAGE_LIMIT, Binary, Closed, UpstreamSocket, open_socket
+
+if TYPE_CHECKING:
+    from ..relay_connection import RelayConnection
+
+_UNSENDABLE_CLOSE = frozenset({1005, 1006, 1015})  # codes a close frame may not carry
+_HANDSHAKE_ONLY = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
+                             "sec-websocket-protocol", "upgrade", "connection"})
+
+
+def _header(headers: tuple[tuple[str, str], ...], name: str) -> str:
+    return next((value for key, value in headers if key.lower() == name), "")
+
+
+class WebSocketSession(asyncio.Protocol):
+    def __init__(self, exchange: Exchange, connection: "RelayConnection", http: UpstreamClient,
+                 counters: Counter[str]) -> None:
+        self.exchange = exchange
+        self.route = exchange.route
+        self.connection = connection
+        self.http = http
+        self.counters = counters
+        self.transport: asyncio.Transport | None = None
+        self._ws = Connection(ConnectionType.SERVER)
+        self._inbox: asyncio.Queue[tuple[str, Any] | None] = asyncio.Queue()
+        self._parts: list[str | bytes] = []
+        self._size = 0
+        self._closed = False  # the client's side is closing or gone
+        self._task: asyncio.Task[None] | None = None
+        # the upstream side: the connection's upstream (index into the route's), its socket
+        self._current = 0
+        self._link: UpstreamSocket | None = None
+        self._link_upstream: str | None = None
+        self._turn_inbox: asyncio.Queue[bytes | Closed] | None = None
+        self._http_only: set[str] = set()
+        self._turns = 0
+        self._had_output = False
+        # output-less turns (warm-ups), by response id: their body and the socket they live on
+        self._carried: dict[str, tuple[dict[str, Any], UpstreamSocket | None]] = {}
+        self.story: dict[str, Any] = exchange.story if exchange.story is not None else {}
+        self.story.setdefault("turns", [])
+        self._handshake_headers = tuple((k, v) for k, v in exchange.request.headers
+                                        if k.lower() not in _HANDSHAKE_ONLY)
+
+    # --- the connection's life -----------------------------------------------------
+
+    async def run(self) -> None:
+        transport = self.connection.transport
+        assert transport is not None
+        self.transport = transport
+        self._task = asyncio.current_task()
+        key = _header(self.exchange.request.headers, "sec-websocket-key")
+        transport.set_protocol(self)
+        transport.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        b"Sec-WebSocket-Accept: " + generate_accept_token(key.encode()) + b"\r\n\r\n")
+        self.counters["websocket_connections"] += 1
+        observe.emit(logging.INFO, "switchyard.websocket_opened", route=self.route.name,
+                     upstream=self.route.upstreams[0].name, transport=TRANSPORT)
+        try:
+            while True:
+                item = await self._inbox.get()
+                if item is None:
+                    break
+                kind, value = item
+                if kind == "create":
+                    await self._turn(*value)
+                else:
+                    self._forward(value)
+        except asyncio.CancelledError:
+            pass  # the client left
+        finally:
+            if self._link is not None:
+                self._link.close(1000)
+                self._link = None
+            if not self._closed:
+                self._close_client(1000, "")
+            self.connection.relay.connections.discard(self.connection)
+
+    def _forward(self, message: str | bytes) -> None:
+        """A client message that starts no turn: to the connection's upstream socket."""
+        link = self._link
+        if link is None or not link.open:
+            observe.emit(logging.WARNING, "switchyard.websocket_message_not_sent", route=self.route.name,
+                         transport=TRANSPORT, reason="no upstream WebSocket is open for it")
+            return
+        if isinstance(message, str):
+            link.send_text(message)
+        else:
+            link.send_bytes(message)
+
+    # --- turns ---------------------------------------------------------------------
+
+    async def _turn(self, text: str, body: dict[str, Any]) -> None:
+        self._turns += 1
+        upstreams = self.route.upstreams
+        resendable = not self._had_output
+        current = upstreams[self._current]
+        turn = Turn(self._turns, text, body, resendable,
+                    upstreams[self._current:] if resendable else (narrowed(current),))
+        why = ("the connection's upstream" if self._current == 0 else "the upstream that answered the connection")
+        why += ", and the next ones if it fails before output" if resendable else "; never re-sent after output"
+        turn.story = {"turn": turn.number, "warm_up": is_warm_up(body), "resendable": resendable, "why": why}
+        self.story["turns"].append(turn.story)
+        folded = fold(body, {rid: carried for rid, (carried, _) in self._carried.items()})
+        request = OriginalRequest.of("POST", self.exchange.request.url, self._handshake_headers,
+                                     as_http_body(folded), {"stream": True}, self.exchange.request.address)
+        exchange = Exchange(token="", route=self.route, request=request, faults=self.exchange.faults)
+        loop = TurnLoop(exchange, self.http, self, turn)
+        self.counters["websocket_turns"] += 1
+        try:
+            await loop.run()
+        except asyncio.CancelledError:
+            exchange.outcome = "client_gone"
+            raise
+        except Exception as exc:  # a bug must cost one turn, never the proxy
+            observe.log.exception(observe.format_event("switchyard.internal_error", route=self.route.name,
+                                                       transport=TRANSPORT, turn=turn.number))
+            exchange.outcome = "internal_error"
+            loop.end.internal_error(type(exc).__name__)
+        finally:
+            self._after_turn(turn, exchange)
+            loop.log.finished()
+
+    def _after_turn(self, turn: Turn, exchange: Exchange) -> None:
+        pending, self._turn_inbox = self._turn_inbox, None
+        while pending is not None and not pending.empty():
+            self._from_upstream(pending.get_nowait())  # what came after the turn's end, in order
+        answered = exchange.answered_by
+        names = [u.name for u in self.route.upstreams]
+        if answered in names:
+            self._current = names.index(answered)
+        if turn.output:
+            self._had_output = True
+        elif turn.response_id is not None and exchange.outcome == "committed":
+            self._carried[turn.response_id] = (turn.body, turn.link)
+        attempts = exchange.attempts
+        self.exchange.attempts.extend(attempts)
+        failed = [a for a in attempts if a.outcome not in ("committed", "passed_through", "pending")]
+        if failed and exchange.outcome == "committed":
+            key = "websocket_retries_answered" if answered == failed[0].upstream else "websocket_fallbacks"
+            self.counters[key] += 1
+        if exchange.suppressed_failover:
+            self.counters["websocket_suppressed_failovers"] += 1
+            self.story["suppressed_failover"] = True
+        over = "websocket" if attempts and attempts[-1].url.startswith("ws") else "http"
+        turn.story.update(upstream=answered, transport=over, outcome=exchange.outcome,
+                          attempts=[a.as_dict() for a in attempts])
+        if answered is not None:
+            self.story["upstream"] = answered
+
+    # --- the upstream side (for TurnLoop) --------------------------------------------
+
+    def speaks_websocket(self, upstream: Upstream) -> bool:
+        """Over WebSocket unless the rules say not, it refused the upgrade before, or an
+        upstream proxy is in between (only HTTP goes through one here)."""
+        return upstream.websocket is not False and upstream.name not in self._http_only and not self.http.proxied
+
+    def use_http(self, upstream: Upstream, status: int) -> None:
+        self._http_only.add(upstream.name)
+        observe.emit(logging.INFO, "switchyard.websocket_refused", route=self.route.name, upstream=upstream.name,
+                     status=status, transport=TRANSPORT, note="asked over HTTP from now on")
+
+    async def link(self, upstream: Upstream, request: UpstreamRequest) -> tuple[UpstreamSocket, bool]:
+        """The connection's socket to `upstream`, opened if need be; and whether it is new."""
+        link = self._link
+        if link is not None and link.open and self._link_upstream == upstream.name:
+            return link, False
+        if link is not None:
+            self.drop(link)
+        settings = self.route.settings
+        link = await open_socket(request, self.http.tls_context, connect_timeout_s=settings.connect_timeout_s,
+                                 handshake_timeout_s=settings.headers_timeout_s or None)
+        self._link, self._link_upstream = link, upstream.name
+        link.listen(self._from_upstream_of(link))
+        return link, True
+
+    def drop(self, link: UpstreamSocket) -> None:
+        """Close a socket whose messages must reach nobody from now on."""
+        link.listen(None)
+        link.close(1000)
+        if self._link is link:
+            self._link, self._link_upstream = None, None
+
+    def receive(self, link: UpstreamSocket | None) -> "asyncio.Queue[bytes | Closed]":
+        """An attempt's own inbox: what `link` sends from now on (earlier leftovers are not its)."""
+        self._turn_inbox = asyncio.Queue()
+        return self._turn_inbox
+
+    def message_for(self, turn: Turn, link: UpstreamSocket, fresh: bool) -> str:
+        """The turn as this socket should get it: as the client sent it, or with the
+        warm-ups that live on other connections folded in."""
+        elsewhere = {rid: body for rid, (body, on) in self._carried.items() if on is not link}
+        folded = fold(turn.body, elsewhere)
+        return turn.text if folded is turn.body else as_message(folded)
+
+    def _from_upstream_of(self, link: UpstreamSocket) -> Any:
+        def receive(item: bytes | Closed) -> None:
+            if link is self._link:
+                self._from_upstream(item)
+        return receive
+
+    def _from_upstream(self, item: bytes | Closed) -> None:
+        if self._turn_inbox is not None:
+            self._turn_inbox.put_nowait(item)
+        elif isinstance(item, Closed):
+            self.closed_in_turn(item)
+        else:
+            self.to_client(item)
+
+    def closed_in_turn(self, closed: Closed) -> None:
+        """The upstream closed: the client gets the close, after every message before it."""
+        self._link, self._link_upstream = None, None
+        if closed.code in _UNSENDABLE_CLOSE:
+            self.break_client(closed.reason or "upstream connection broke")
+        else:
+            self._close_client(closed.code, closed.reason)
+
+    # --- the client's side -----------------------------------------------------------
+
+    def to_client(self, message: bytes) -> None:
+        if self._closed or self.transport is None:
+            return
+        event: Message[Any] = (BytesMessage(data=bytes(message)) if isinstance(message, Binary)
+                               else TextMessage(data=message.decode("utf-8", "replace")))
+        self.transport.write(self._ws.send(event))
+
+    def break_client(self, why: str) -> None:
+        """End the client's WebSocket without a clean close: it must see that it broke."""
+        if self._closed:
+            return
+        observe.emit(logging.WARNING, "switchyard.websocket_broken", route=self.route.name, transport=TRANSPORT,
+                     reason=why)
+        self._closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        self._inbox.put_nowait(None)
+
+    def _close_client(self, code: int, reason: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.transport is not None and not self.transport.is_closing():
+            try:
+                self.transport.write(self._ws.send(CloseConnection(code=code, reason=reason)))
+            except LocalProtocolError:
+                pass
+            self.transport.close()
+        self._inbox.put_nowait(None)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._ws.receive_data(data)
+            for event in self._ws.events():
+                self._client_event(event)
+        except RemoteProtocolError:
+            self.break_client("the client broke the WebSocket protocol")
+
+    def _client_event(self, event: object) -> None:
+        if isinstance(event, TextMessage | BytesMessage):
+            self._size += len(event.data)
+            if self._size > MESSAGE_LIMIT:
+                self.break_client(f"a client message over {MESSAGE_LIMIT} bytes")
+                return
+            self._parts.append(event.data)
+            if not event.message_finished:
+                return
+            parts, self._parts, self._size = self._parts, [], 0
+            if isinstance(event, TextMessage):
+                text = "".join(parts)  # type: ignore[arg-type]
+                body = parse_create(text)
+                if body is not None:
+                    self._inbox.put_nowait(("create", (text, body)))
+                    return
+                message: str | bytes = text
+            else:
+                message = b"".join(parts)  # type: ignore[arg-type]
+            if self._link is not None and self._link.open:
+                self._forward(message)
+            else:
+                self._inbox.put_nowait(("other", message))
+        elif isinstance(event, Ping):
+            if self.transport is not None and not self._closed:
+                self.transport.write(self._ws.send(event.response()))
+        elif isinstance(event, CloseConnection):
+            if self._link is not None:
+                self._link.close(event.code if event.code not in _UNSENDABLE_CLOSE else 1000, event.reason or "")
+                self._link = None
+            if not self._closed and self.transport is not None:
+                self._closed = True
+                try:
+                    self.transport.write(self._ws.send(event.response()))
+                except LocalProtocolError:
+                    pass
+                self.transport.close()
+            self._inbox.put_nowait(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.connection.relay.connections.discard(self.connection)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def pause_writing(self) -> None:
+        """mitmproxy reads as fast as it relays: messages are not held back for it."""
+
+    def resume_writing(self) -> None:
+        pass
