@@ -1,4 +1,4 @@
-"""The Responses API over WebSocket through a real mitmdump (issue 7).
+"""The Responses API over WebSocket through a real mitmdump, terminated in Switchyard.
 
 A loopback WebSocket upstream (tests/support/ws_provider.py) speaks the
 protocol and fails on demand; a plain aiohttp WebSocket client and the openai
@@ -21,12 +21,15 @@ from mitmproxy import io
 
 from tests.support.mitm import Mitmdump, start_mitmdump
 from tests.support.ws_provider import (
+    CLOSE,
     WsProvider,
     answer_turn,
     event,
     failed,
+    failed_turn,
     overload_error,
     overload_turn,
+    warm_up_turn,
 )
 
 WS_RULES = """\
@@ -37,20 +40,29 @@ defaults:
   max_backoff_ms: 300
 routes:
   - name: responses-ws-slow
-    match: {path: /slow/v1/responses}
+    match: {{path: /slow/v1/responses}}
     first_output_timeout_s: 1.0
     upstreams:
-      - {name: slow, url: original}
-  - name: responses-ws-patient
-    match: {path: /patient/v1/responses}
-    backoff_ms: 1500
-    max_backoff_ms: 4000
+      - {{name: slow, url: original}}
+  - name: responses-ws-fallback
+    match: {{path: /fallback/v1/responses}}
     upstreams:
-      - {name: patient, url: original}
+      - {{name: primary, url: original}}
+      - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
+  - name: responses-ws-to-http
+    match: {{path: /tohttp/v1/responses}}
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
+      - {{name: plain, url: "{plain}", auth: {{header: Authorization, value: "Bearer sk-plain-key"}}}}
+  - name: responses-ws-http-only
+    match: {{path: /httponly/v1/responses}}
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
+      - {{name: backup, url: "{backup}", websocket: false}}
   - name: responses-ws
-    match: {path: /v1/responses}
+    match: {{path: /v1/responses}}
     upstreams:
-      - {name: primary, url: original}
+      - {{name: primary, url: original}}
 """
 
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
@@ -64,11 +76,31 @@ def ws_provider() -> Iterator[WsProvider]:
 
 
 @pytest.fixture(scope="module")
-def ws_mitm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mitmdump]:
+def backup_provider() -> Iterator[WsProvider]:
+    provider = WsProvider().start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(scope="module")
+def plain_provider() -> Iterator[WsProvider]:
+    provider = WsProvider(websocket=False).start()  # refuses the upgrade with 404: speaks HTTP SSE only
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(scope="module")
+def saved_flows(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mitm-ws-flows") / "flows"
+
+
+@pytest.fixture(scope="module")
+def ws_mitm(tmp_path_factory: pytest.TempPathFactory, backup_provider: WsProvider, plain_provider: WsProvider,
+            saved_flows: Path) -> Iterator[Mitmdump]:
     workdir = tmp_path_factory.mktemp("mitm-ws")
     rules = workdir / "rules.yaml"
-    rules.write_text(WS_RULES)
-    dump = start_mitmdump(rules, workdir / "mitmdump.log")
+    rules.write_text(WS_RULES.format(backup=backup_provider.http_url, plain=plain_provider.http_url))
+    dump = start_mitmdump(rules, workdir / "mitmdump.log", extra_args=["-w", str(saved_flows)])
     yield dump
     dump.stop()
 
@@ -78,6 +110,24 @@ def upstream(ws_provider: WsProvider) -> Iterator[WsProvider]:
     ws_provider.reset()
     yield ws_provider
     ws_provider.reset()
+
+
+@pytest.fixture
+def backup(backup_provider: WsProvider) -> Iterator[WsProvider]:
+    backup_provider.reset()
+    yield backup_provider
+    backup_provider.reset()
+
+
+@pytest.fixture
+def plain(plain_provider: WsProvider) -> Iterator[WsProvider]:
+    plain_provider.reset()
+    yield plain_provider
+    plain_provider.reset()
+
+
+def url_of(provider: WsProvider, prefix: str) -> str:
+    return provider.proxied_url.replace("/v1/responses", f"/{prefix}/v1/responses")
 
 
 def create(text: str, **extra: object) -> str:
@@ -109,9 +159,10 @@ async def assert_nothing_more(ws: aiohttp.ClientWebSocketResponse, wait: float =
         raise AssertionError(f"unexpected message after the turn: {msg}")
 
 
-async def test_first_turn_overload_before_output_is_retried_once(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+async def test_first_turn_failed_before_output_is_retried_on_the_same_connection(upstream: WsProvider,
+                                                                               ws_mitm: Mitmdump) -> None:
     good = answer_turn("resp_2")
-    upstream.script(overload_turn("resp_1"), good)
+    upstream.script(failed_turn("resp_1"), good)
     mark = ws_mitm.log_mark()
     request = create("hello PRIVATE-PROMPT")
     async with aiohttp.ClientSession() as session:
@@ -123,16 +174,65 @@ async def test_first_turn_overload_before_output_is_retried_once(upstream: WsPro
     assert upstream.creates == [request, request]  # the exact create, sent again on the same connection
     assert upstream.connections == 1
     log = ws_mitm.wait_for_log("switchyard.retry_answered", mark)
-    assert "switchyard.websocket_tracked route=responses-ws upstream=primary transport=websocket" in log
     failed_lines = [line for line in log.splitlines() if "switchyard.attempt_failed" in line]
     assert len(failed_lines) == 1
     line = failed_lines[0]
-    for part in ("route=responses-ws", "upstream=primary", "transport=websocket", "turn=1", "attempt=1",
-                 "code=server_is_overloaded", "event=error", "decision=retry", "delay_s="):
+    for part in ("route=responses-ws", "upstream=primary", "attempt=1", "code=server_is_overloaded",
+                 "event=response.failed", "decision=retry", "delay_s=", "transport=websocket", "turn=1"):
         assert part in line, line
-    assert "switchyard.retry_answered route=responses-ws upstream=primary transport=websocket turn=1 attempt=2" in log
+    assert "switchyard.retry_answered route=responses-ws upstream=primary attempt=2" in log
     assert "PRIVATE-PROMPT" not in log
     assert "failover_suppressed" not in log
+
+
+async def test_an_error_in_the_middle_of_a_response_retries_on_a_fresh_connection(upstream: WsProvider,
+                                                                                ws_mitm: Mitmdump) -> None:
+    """After an `error` the failed response may go on (here its response.failed comes
+    late): its connection is closed, so nothing of it can reach the retry."""
+    failing = overload_turn("resp_A")  # created, error, response.failed
+    good = answer_turn("resp_B")
+    upstream.script([failing[0], failing[1], 0.1, failing[2]], good)
+    request = create("x")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(request)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good
+    assert upstream.creates == [request, request]
+    assert upstream.connections == 2
+
+
+async def test_a_retry_that_reuses_the_failed_attempts_response_id_still_answers(upstream: WsProvider,
+                                                                               ws_mitm: Mitmdump) -> None:
+    """A server that gives the retried turn the same response id as the failed attempt:
+    the retry's messages are its answer, never dropped as the failed attempt's."""
+    good = answer_turn("resp_same")
+    upstream.script(failed_turn("resp_same"), good)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("same id"))
+            got = await receive_turn(ws)
+    assert got == good
+
+
+async def test_a_warm_up_does_not_make_the_real_turn_later(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    """Codex's shape: a `generate: false` warm-up, then the real turn naming it, which
+    fails before output: the real turn is re-sent, on the same connection."""
+    warm, good = warm_up_turn("resp_warm"), answer_turn("resp_real")
+    upstream.script(warm, failed_turn("resp_fail"), good)
+    first = create("prewarm", generate=False)
+    second = create("", previous_response_id="resp_warm")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(first)
+            assert await receive_turn(ws) == warm
+            await ws.send_str(second)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good
+    assert upstream.creates == [first, second, second]
+    assert upstream.connections == 1
 
 
 async def test_failure_after_output_is_forwarded_rewritten_not_retried(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
@@ -233,187 +333,146 @@ async def test_openai_sdk_responses_connect_sees_one_clean_turn(upstream: WsProv
     assert len(upstream.creates) == 2 and upstream.creates[0] == upstream.creates[1]
 
 
-async def test_first_output_timeout_is_reported_in_band_and_not_retried(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
-    """A silent response cannot be stopped on its connection, and its late messages could
-    not be told from a re-sent turn's: Switchyard reports the timeout and drops the rest."""
-    late = answer_turn("resp_stall")
-    upstream.script(late[:1] + [1.5] + late[1:])  # response.created, silence past the 1 s bound, then the answer
+
+
+async def test_first_output_timeout_retries_the_first_turn_on_a_fresh_connection(upstream: WsProvider,
+                                                                               ws_mitm: Mitmdump) -> None:
+    """A silent response cannot be stopped on its connection: that connection is closed
+    (its late answer reaches nobody), and the turn is re-sent on a new one."""
+    late = answer_turn("resp_stall", text="STALE ANSWER")
+    fresh = answer_turn("resp_fresh", text="FRESH ANSWER")
+    upstream.script(late[:1] + [1.5] + late[1:], fresh)
     mark = ws_mitm.log_mark()
     request = create("slow one")
-    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
+        async with session.ws_connect(url_of(upstream, "slow"), proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(request)
-            got = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
-            await assert_nothing_more(ws, wait=1.5)  # the late answer is dropped
-    assert got[0] == late[0]  # what was held, then the in-band error
-    error = json.loads(got[1])
-    assert (error["type"], error["code"], error["error"]["code"]) == ("error", "upstream_timeout", "upstream_timeout")
-    assert upstream.creates == [request]  # not re-sent
-    log = ws_mitm.wait_for_log("switchyard.attempt_failed", mark)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws, wait=1.5)  # the stale answer never comes
+    assert got == fresh
+    assert upstream.creates == [request, request]
+    assert upstream.connections == 2
+    log = ws_mitm.wait_for_log("switchyard.retry_answered", mark)
     line = next(line for line in log.splitlines() if "switchyard.attempt_failed" in line)
-    for part in ("route=responses-ws-slow", "transport=websocket", "status=504", "event=timeout", "decision=give_up"):
+    for part in ("route=responses-ws-slow", "status=504", "event=timeout", "decision=retry", "turn=1"):
         assert part in line, line
 
 
-async def test_late_messages_of_a_failed_attempt_never_reach_the_client(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
-    """The failed attempt's response.failed arrives after the turn was re-sent: it is
-    recognised by its response id and dropped, not counted against the retry."""
-    failed_attempt = overload_turn("resp_A")  # created, error, response.failed
-    good = answer_turn("resp_B")
-    upstream.script([failed_attempt[0], failed_attempt[1], 0.1, failed_attempt[2]], good)
+async def test_first_output_timeout_fires_on_a_silent_second_turn(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    """A later turn is never re-sent, but it is still bounded: the client gets an
+    in-band `upstream_timeout` error instead of waiting forever, and nothing of the
+    silent response afterwards."""
+    first = answer_turn("resp_one")
+    late = answer_turn("resp_stall", text="STALE ANSWER")
+    upstream.script(first, late[:1] + [1.5] + late[1:])
     mark = ws_mitm.log_mark()
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "slow"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("one"))
+            assert await receive_turn(ws) == first
+            await ws.send_str(create("two", previous_response_id="resp_one"))
+            got = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
+            await assert_nothing_more(ws, wait=1.5)
+    assert got[0] == late[0]  # a later turn's messages pass as they come
+    error = json.loads(got[1])
+    assert (error["type"], error["code"], error["error"]["code"]) == ("error", "upstream_timeout", "upstream_timeout")
+    assert len(upstream.creates) == 2  # never re-sent
+    log = ws_mitm.wait_for_log("decision=not_resent", mark)
+    line = next(line for line in log.splitlines() if "switchyard.attempt_failed" in line)
+    for part in ("status=504", "event=timeout", "turn=2", "transport=websocket"):
+        assert part in line, line
+
+
+async def test_an_upstream_close_right_after_a_turn_reaches_the_client_after_every_message(
+        upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    good = answer_turn("resp_close")
+    upstream.script([*good, CLOSE])
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("x"))
-            got = await receive_turn(ws)
-            await assert_nothing_more(ws)
-    assert got == good
-    log = ws_mitm.wait_for_log("switchyard.retry_answered", mark)
-    assert [line.split("decision=")[1].split()[0] for line in log.splitlines() if "attempt_failed" in line] == ["retry"]
+            await ws.send_str(create("then close"))
+            got = [(await ws.receive(timeout=10)) for _ in good]
+            closing = await ws.receive(timeout=10)
+    assert [m.data for m in got] == good
+    assert closing.type is aiohttp.WSMsgType.CLOSE and closing.data == 1000
 
 
-@pytest.mark.parametrize("late", [False, True], ids=["failed-at-once", "failed-after-the-next-turn-began"])
-async def test_a_new_turn_during_the_backoff_gets_the_first_turns_failure_and_nothing_else_of_it(
-        upstream: WsProvider, ws_mitm: Mitmdump, late: bool) -> None:
-    """The client starts turn 2 during turn 1's backoff: it first gets the failure it
-    would have had.  Turn 1's `response.failed`, even when it comes after turn 2 began,
-    is told by its id as the failed attempt's, never turn 2's result."""
-    failing = overload_turn("resp_A")  # created, error, response.failed
-    good = answer_turn("resp_B")
-    upstream.script([failing[0], failing[1], 0.6, failing[2]] if late else failing, good)
-    url = upstream.proxied_url.replace("/v1/responses", "/patient/v1/responses")
+async def test_the_backup_answers_over_websocket_and_keeps_the_connection(
+        upstream: WsProvider, backup: WsProvider, ws_mitm: Mitmdump, saved_flows: Path) -> None:
+    """The primary fails the real turn twice (its budget): the backup gets it, with the
+    warm-up folded in (the warm-up lives on the primary's connection only) and its own
+    key, never the client's; the client sees one clean turn, and its next turn goes to
+    the backup."""
+    warm = warm_up_turn("resp_warm")
+    upstream.script(warm, failed_turn("resp_f1"), failed_turn("resp_f2"))
+    good, later = answer_turn("resp_backup", "From the backup"), answer_turn("resp_next", "Still the backup")
+    backup.script(good, later)
     mark = ws_mitm.log_mark()
+    prewarm = create("", generate=False, instructions="be brief", input=[{"role": "user", "content": "PROMPT"}])
+    real = json.dumps({"type": "response.create", "model": "gpt-4o", "previous_response_id": "resp_warm",
+                       "input": [{"role": "user", "content": "more"}]})
+    third = create("next", previous_response_id="resp_backup")
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("one"))
-            # turn 1 failed; its retry waits on a 1.5 s backoff
-            await asyncio.to_thread(ws_mitm.wait_for_log, "decision=retry", mark)
-            await ws.send_str(create("two"))
-            first = (await ws.receive(timeout=10)).data
+        async with session.ws_connect(url_of(upstream, "fallback"), proxy=ws_mitm.proxy_url,
+                                      headers={"Authorization": "Bearer sk-client-key"}) as ws:
+            await ws.send_str(prewarm)
+            assert await receive_turn(ws) == warm
+            await ws.send_str(real)
             got = await receive_turn(ws)
-            await assert_nothing_more(ws, wait=2.0)  # the abandoned retry is never sent
-    assert first == failing[1]  # the failure the client would have had, not silence
+            await ws.send_str(third)
+            got_later = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good and got_later == later
+    assert upstream.creates == [prewarm, real, real]
+    assert len(backup.creates) == 2
+    assert json.loads(backup.creates[0]) == {
+        "type": "response.create", "model": "gpt-4o", "instructions": "be brief",
+        "input": [{"role": "user", "content": "PROMPT"}, {"role": "user", "content": "more"}]}
+    assert backup.creates[1] == third  # on the backup's connection, as the client sent it
+    assert backup.connections == 1
+    assert upstream.handshakes[0]["Authorization"] == "Bearer sk-client-key"  # its own origin
+    assert [h["Authorization"] for h in backup.handshakes] == ["Bearer sk-backup-key"]
+    log = ws_mitm.wait_for_log("switchyard.fallback_answered", mark)
+    assert "switchyard.fallback_answered route=responses-ws-fallback upstream=backup attempt=3" in log
+    assert "sk-client-key" not in log and "sk-backup-key" not in log
+
+
+async def test_the_backup_answers_over_http_sse_when_it_refuses_the_upgrade(
+        upstream: WsProvider, plain: WsProvider, ws_mitm: Mitmdump) -> None:
+    """`websocket: auto` (the default): the backup answers the upgrade with 404, so the
+    turn is POSTed to it, streamed; its SSE events reach the client as messages, and the
+    next turn goes there too."""
+    upstream.script(failed_turn("resp_f1"))
+    good, later = answer_turn("resp_http", "Over HTTP"), answer_turn("resp_http2", "Again over HTTP")
+    plain.script(good, later)
+    mark = ws_mitm.log_mark()
+    real = create("hello", metadata={"k": "v"})
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "tohttp"), proxy=ws_mitm.proxy_url,
+                                      headers={"Authorization": "Bearer sk-client-key"}) as ws:
+            await ws.send_str(real)
+            got = await receive_turn(ws)
+            await ws.send_str(create("next", previous_response_id="resp_http"))
+            got_later = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good and got_later == later
+    assert upstream.creates == [real]
+    assert [json.loads(body) for body in plain.posts] == [
+        {"model": "gpt-4o", "input": "hello", "metadata": {"k": "v"}, "stream": True},
+        {"model": "gpt-4o", "input": "next", "previous_response_id": "resp_http", "stream": True}]
+    assert len(plain.handshakes) == 1  # asked once; HTTP from then on
+    assert all(h["Authorization"] == "Bearer sk-plain-key" for h in [*plain.handshakes, *plain.post_headers])
+    log = ws_mitm.wait_for_log("switchyard.fallback_answered", mark)
+    assert "switchyard.websocket_refused route=responses-ws-to-http upstream=plain status=404" in log
+
+
+async def test_an_upstream_with_websocket_false_is_asked_over_http_only(
+        upstream: WsProvider, backup: WsProvider, ws_mitm: Mitmdump) -> None:
+    upstream.script(failed_turn("resp_f1"))
+    good = answer_turn("resp_http", "Over HTTP")
+    backup.script(good)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "httponly"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("hello"))
+            got = await receive_turn(ws)
     assert got == good
-    assert upstream.creates == [create("one"), create("two")]
-
-
-async def test_a_timed_out_responses_late_answer_never_becomes_the_next_turns(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
-    """The client retries at once after the in-band timeout; the silent response then
-    wakes up and finishes: all of it is dropped, and turn 2 gets its own answer."""
-    late = answer_turn("resp_stall", text="STALE ANSWER")
-    fresh = answer_turn("resp_two", text="FRESH ANSWER")
-    upstream.script(late[:1] + [1.5] + late[1:], fresh)
-    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("slow one"))
-            first = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
-            await ws.send_str(create("again"))  # the client's own retry, right after the timeout
-            second = await receive_turn(ws)
-            await assert_nothing_more(ws)
-    assert json.loads(first[1])["code"] == "upstream_timeout"
-    assert second == fresh
-
-
-async def test_the_next_turns_own_error_is_not_drained_with_a_timed_out_response(upstream: WsProvider,
-                                                                                 ws_mitm: Mitmdump) -> None:
-    """An `error` names no response: it may be the next turn's (a create rejected at
-    once), so it reaches the client even while a timed-out response is drained."""
-    late = answer_turn("resp_stall")
-    rejected = event("error", status=429, error={"type": "rate_limit_error", "code": "rate_limit_exceeded",
-                                                 "message": "Rate limit reached"})
-    upstream.script([late[0], 1.2, overload_error(1)], [rejected])  # silent, then dies with a bare error
-    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("slow one"))
-            first = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
-            await asyncio.sleep(1.5)  # the silent response dies meanwhile (at 1.2 s)
-            await ws.send_str(create("again"))
-            second = (await ws.receive(timeout=5)).data
-    assert json.loads(first[1])["code"] == "upstream_timeout"
-    assert json.loads(second)["error"]["code"] == "rate_limit_exceeded"
-
-
-async def test_a_response_that_timed_out_before_naming_itself_is_still_drained(upstream: WsProvider,
-                                                                             ws_mitm: Mitmdump) -> None:
-    """Silent from the start: when it wakes before the client's next turn, the first
-    response it names can only be the silent one's, and all of it is dropped, also
-    what comes once the next turn has begun."""
-    late = answer_turn("resp_stall", text="STALE ANSWER")
-    fresh = answer_turn("resp_two", text="FRESH ANSWER")
-    upstream.script([1.2, *late[:2], 1.5, *late[2:]], fresh)  # wakes at 1.2 s, goes on at 2.7 s
-    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("slow one"))
-            timeout_error = (await ws.receive(timeout=10)).data  # at 1 s
-            await asyncio.sleep(1.0)  # it wakes and names itself meanwhile (at 1.2 s)
-            await ws.send_str(create("again"))
-            second = await receive_turn(ws)
-            await assert_nothing_more(ws)
-    assert json.loads(timeout_error)["code"] == "upstream_timeout"
-    assert second == fresh
-
-
-async def test_a_failed_attempts_straggler_does_not_stop_the_draining_of_a_silent_retry(upstream: WsProvider,
-                                                                                       ws_mitm: Mitmdump) -> None:
-    """The first attempt failed (retried); the retry named itself, then went silent
-    (timed out). A late message of the first attempt is neither the silent response
-    nor a new one: the silent one goes on being dropped, and turn 2 gets its own."""
-    first_attempt = overload_turn("resp_A")  # created, error, response.failed
-    retry = answer_turn("resp_B", text="LATE ANSWER")
-    fresh = answer_turn("resp_two", text="FRESH ANSWER")
-    upstream.script(first_attempt[:2], [retry[0], 1.2, first_attempt[2], 0.3, *retry[1:]], fresh)
-    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("slow one"))
-            held, timeout_error = (await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data
-            await ws.send_str(create("again"))
-            second = await receive_turn(ws)
-            await assert_nothing_more(ws)
-    assert held == retry[0]  # what was held of the retry, then the timeout
-    assert json.loads(timeout_error)["code"] == "upstream_timeout"
-    assert second == fresh
-
-
-async def test_a_route_led_by_another_upstream_keeps_the_websocket_and_says_so(upstream: WsProvider,
-                                                                             tmp_path: Path) -> None:
-    """A WebSocket is not re-aimed: its turns go where the client connected, and the
-    log and the flow's story name that server, not the route's first upstream."""
-    rules = tmp_path / "rules.yaml"
-    rules.write_text("""\
-version: 1
-defaults: {retries: 1, backoff_ms: 1}
-routes:
-  - name: responses-ws-gateway
-    match: {path: /v1/responses}
-    upstreams:
-      - {name: gateway, url: "http://127.0.0.1:9/v1/responses", retries: 0}
-""")
-    saved = tmp_path / "flows"
-    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", extra_args=["-w", str(saved)])
-    turns = [create("one"), create("two"), create("three")]
-    upstream.script(overload_turn("resp_1"), answer_turn("resp_2"), answer_turn("resp_3"), answer_turn("resp_4"))
-    try:
-        mark = dump.log_mark()
-        async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(upstream.proxied_url, proxy=dump.proxy_url) as ws:
-                answers = []
-                for turn in turns:
-                    await ws.send_str(turn)
-                    answers.append(await receive_turn(ws))
-        assert answers == [answer_turn("resp_2"), answer_turn("resp_3"), answer_turn("resp_4")]
-        assert upstream.creates == [turns[0], *turns]  # the original server, turn 1 twice (the route's retries)
-        log = dump.wait_for_log("switchyard.retry_answered", mark)
-        assert "switchyard.websocket_stays_with_original route=responses-ws-gateway upstream=gateway" in log
-        assert "switchyard.attempt_failed route=responses-ws-gateway upstream=original" in log
-    finally:
-        dump.stop()
-    with saved.open("rb") as file:
-        story = next(flow.metadata["switchyard"] for flow in io.FlowReader(file).stream() if flow.websocket)
-    assert story["upstream"] == "original"
-    assert [[a["outcome"] for a in turn["attempts"]] for turn in story["turns"]] == [
-        ["retry", "committed"], ["passed_through"], ["passed_through"]]
+    assert backup.handshakes == [] and len(backup.posts) == 1

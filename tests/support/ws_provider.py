@@ -1,8 +1,12 @@
-"""A loopback WebSocket server that speaks the Responses API over WebSocket and fails on demand.
+"""A loopback server that speaks the Responses API over WebSocket and over HTTP SSE, and fails on demand.
 
-Each client `response.create` takes the next scripted turn (a list of message
-texts, sent back to back; a number in it is a pause in seconds) from the queue the test filled; with none left it
-answers a normal turn.  Every `response.create` received is recorded exactly.
+Each client `response.create` (a WebSocket message) or `POST /v1/responses`
+takes the next scripted turn (a list of message texts, sent back to back; a
+number in it is a pause in seconds; `CLOSE` closes the WebSocket there) from the
+queue the test filled; with none left it answers a normal turn.  Over HTTP the
+same texts go as SSE events.  Every `response.create` received is recorded
+exactly, every POST body too, with the headers of each handshake and POST.
+`websocket=False` makes it refuse upgrades with 404, as an HTTP-only upstream does.
 """
 
 from __future__ import annotations
@@ -57,10 +61,30 @@ def overload_turn(rid: str) -> list[str]:
     return [event("response.created", sequence_number=0, response=response), overload_error(1), failed(rid, 2)]
 
 
+def failed_turn(rid: str, code: str = "server_is_overloaded") -> list[str]:
+    """Fails before any output the way Codex's provider does: created, then response.failed."""
+    response = {"id": rid, "object": "response", "status": "in_progress", "output": []}
+    return [event("response.created", sequence_number=0, response=response), failed(rid, 1, code)]
+
+
+def warm_up_turn(rid: str) -> list[str]:
+    """The answer to a `generate: false` create: a response with no output."""
+    response = {"id": rid, "object": "response", "status": "in_progress", "output": []}
+    return [event("response.created", sequence_number=0, response=response),
+            event("response.completed", sequence_number=1, response={**response, "status": "completed"})]
+
+
+CLOSE = "CLOSE"  # in a script: the server closes the WebSocket (code 1000) there
+
+
 class WsProvider:
-    def __init__(self) -> None:
+    def __init__(self, websocket: bool = True) -> None:
         self.port = free_port()
+        self.websocket = websocket
         self.creates: list[str] = []  # every response.create text received, in order
+        self.posts: list[bytes] = []  # every POST /v1/responses body, in order
+        self.handshakes: list[dict[str, str]] = []  # headers of each upgrade (or refused upgrade)
+        self.post_headers: list[dict[str, str]] = []
         self.connections = 0
         self._scripts: deque[list[str | float]] = deque()
         self._lock = threading.Lock()
@@ -71,6 +95,10 @@ class WsProvider:
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/v1/responses"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/responses"
 
     @property
     def proxied_url(self) -> str:
@@ -86,6 +114,9 @@ class WsProvider:
         with self._lock:
             self._scripts.clear()
             self.creates.clear()
+            self.posts.clear()
+            self.handshakes.clear()
+            self.post_headers.clear()
             self.connections = 0
 
     def start(self) -> "WsProvider":
@@ -101,14 +132,41 @@ class WsProvider:
 
     async def _start(self) -> None:
         app = web.Application()
-        app.router.add_get("/v1/responses", self._handle)
-        app.router.add_get("/slow/v1/responses", self._handle)
-        app.router.add_get("/patient/v1/responses", self._handle)
+        app.router.add_get("/{prefix:.*}v1/responses", self._handle)  # /v1/responses, /slow/v1/responses, ...
+        app.router.add_post("/{prefix:.*}v1/responses", self._post)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
 
-    async def _handle(self, request: web.Request) -> web.WebSocketResponse:
+    def _next(self, turn: int) -> list[str | float]:
+        with self._lock:
+            return self._scripts.popleft() if self._scripts else list(answer_turn(f"resp_default{turn}"))
+
+    async def _post(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        with self._lock:
+            self.posts.append(body)
+            self.post_headers.append(dict(request.headers))
+            turn = len(self.posts)
+        script = self._next(turn)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for item in script:
+            if isinstance(item, float | int):
+                await asyncio.sleep(item)
+            elif item == CLOSE:
+                break
+            else:
+                kind = json.loads(item).get("type", "message") if item.startswith("{") else "message"
+                await response.write(f"event: {kind}\ndata: {item}\n\n".encode())
+        await response.write_eof()
+        return response
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        with self._lock:
+            self.handshakes.append(dict(request.headers))
+        if not self.websocket:
+            return web.Response(status=404, text="no WebSocket here")
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)
         with self._lock:
@@ -126,10 +184,12 @@ class WsProvider:
             turn += 1
             with self._lock:
                 self.creates.append(msg.data)
-                script = self._scripts.popleft() if self._scripts else answer_turn(f"resp_default{turn}")
-            for item in script:
+            for item in self._next(turn):
                 if isinstance(item, float | int):
                     await asyncio.sleep(item)
+                elif item == CLOSE:
+                    await ws.close()
+                    return ws
                 else:
                     await ws.send_str(item)
         return ws

@@ -313,13 +313,13 @@ class TurnLoop(AttemptLoop):
         failed = self._fail(attempt, info)
         held = gate.held_frames()
         attempt.record.answer = (101, [("Content-Type", "application/json")], b"\n".join(held))
-        if failure.event_type != "response.failed" and self.turn.response_id is not None:
-            # the response may go on (an `error` mid-way): its connection goes, so that
-            # nothing of it can be taken for the next attempt's
-            self.session.drop(link)
-        self.turn.response_id = None
         assert isinstance(self.end, TurnEndings)
         if failed.plan.action != "give_up":
+            if failure.event_type != "response.failed" and self.turn.response_id is not None:
+                # the response may go on (an `error` mid-way): its connection goes, so that
+                # nothing of it can be taken for the next attempt's
+                self.session.drop(link)
+            self.turn.response_id = None
             self.end.last_messages = held
             return failed
         # the last possible attempt: the client gets it as the upstream sent it
