@@ -44,6 +44,30 @@ def answer_turn(rid: str, text: str = "Hello there") -> list[str]:
     ]
 
 
+def full_answer_turn(rid: str, text: str) -> list[str]:
+    """A turn as OpenAI streams it, item and part `done` events and the finished
+    response included (what Codex renders its answer from)."""
+    response = {"id": rid, "object": "response", "status": "in_progress", "output": []}
+    item_id = f"msg_{rid}"
+    part = {"type": "output_text", "text": text, "annotations": []}
+    item = {"id": item_id, "type": "message", "role": "assistant", "status": "completed", "content": [part]}
+    usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
+             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}
+    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
+    return [
+        event("response.created", sequence_number=0, response=response),
+        event("response.output_item.added", sequence_number=1, output_index=0,
+              item={**item, "status": "in_progress", "content": []}),
+        event("response.content_part.added", sequence_number=2, **where, part={**part, "text": ""}),
+        event("response.output_text.delta", sequence_number=3, **where, delta=text),
+        event("response.output_text.done", sequence_number=4, **where, text=text),
+        event("response.content_part.done", sequence_number=5, **where, part=part),
+        event("response.output_item.done", sequence_number=6, output_index=0, item=item),
+        event("response.completed", sequence_number=7,
+              response={**response, "status": "completed", "output": [item], "usage": usage}),
+    ]
+
+
 def overload_error(seq: int, code: str = "server_is_overloaded") -> str:
     return event("error", sequence_number=seq,
                  error={"type": "server_error", "code": code, "message": "Our servers are currently overloaded."})
