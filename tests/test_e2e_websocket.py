@@ -476,3 +476,38 @@ async def test_an_upstream_with_websocket_false_is_asked_over_http_only(
             got = await receive_turn(ws)
     assert got == good
     assert backup.handshakes == [] and len(backup.posts) == 1
+
+
+async def test_the_flow_tells_which_upstream_each_turn_went_to_and_why(upstream: WsProvider, backup: WsProvider,
+                                                                      tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(WS_RULES.format(backup=backup.http_url, plain=backup.http_url))
+    saved = tmp_path / "flows"
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", extra_args=["-w", str(saved)])
+    upstream.script(warm_up_turn("resp_warm"), failed_turn("resp_f1"), failed_turn("resp_f2"))
+    backup.script(answer_turn("resp_b1"), answer_turn("resp_b2"))
+    try:
+        mark = dump.log_mark()
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url) as ws:
+                for turn in (create("", generate=False), create("real", previous_response_id="resp_warm"),
+                             create("next", previous_response_id="resp_b1")):
+                    await ws.send_str(turn)
+                    await receive_turn(ws)
+        log = dump.wait_for_log("switchyard.websocket_closed", mark)
+    finally:
+        dump.stop()
+    assert ("switchyard.websocket_closed route=responses-ws-fallback transport=websocket turns=3 upstream=backup "
+            "failed_attempts=2") in log
+    with saved.open("rb") as file:
+        story = next(flow.metadata["switchyard"] for flow in io.FlowReader(file).stream() if flow.websocket)
+    turns = story["turns"]
+    assert [(t["upstream"], t["transport"], t["outcome"], t["resendable"]) for t in turns] == [
+        ("primary", "websocket", "committed", True), ("backup", "websocket", "committed", True),
+        ("backup", "websocket", "committed", False)]
+    assert [[(a["upstream"], a["outcome"]) for a in t["attempts"]] for t in turns] == [
+        [("primary", "committed")], [("primary", "retry"), ("primary", "next_upstream"), ("backup", "committed")],
+        [("backup", "passed_through")]]
+    assert turns[0]["warm_up"] is True
+    assert "never re-sent" in turns[2]["why"]
+    assert turns[1]["attempts"][0]["code"] == "server_is_overloaded"

@@ -111,6 +111,11 @@ class WebSocketSession(asyncio.Protocol):
             if not self._closed:
                 self._close_client(1000, "")
             self.connection.relay.connections.discard(self.connection)
+            turns = self.story["turns"]
+            observe.emit(logging.INFO, "switchyard.websocket_closed", route=self.route.name, transport=TRANSPORT,
+                         turns=len(turns), upstream=self.story.get("upstream"),
+                         failed_attempts=sum(1 for t in turns for a in t.get("attempts", ())
+                                             if a["outcome"] not in ("committed", "passed_through")))
 
     def _forward(self, message: str | bytes) -> None:
         """A client message that starts no turn: to the connection's upstream socket."""
@@ -173,8 +178,11 @@ class WebSocketSession(asyncio.Protocol):
         self.exchange.attempts.extend(attempts)
         failed = [a for a in attempts if a.outcome not in ("committed", "passed_through", "pending")]
         if failed and exchange.outcome == "committed":
-            key = "websocket_retries_answered" if answered == failed[0].upstream else "websocket_fallbacks"
-            self.counters[key] += 1
+            first = failed[0]
+            same = answered == first.upstream
+            self.counters["websocket_retries_answered" if same else "websocket_fallbacks"] += 1
+            what = f"{first.upstream} failed before output ({first.code or first.status or first.message})"
+            turn.story["why"] = f"{what}: {'answered on retry' if same else f'{answered} answered'}"
         if exchange.suppressed_failover:
             self.counters["websocket_suppressed_failovers"] += 1
             self.story["suppressed_failover"] = True
