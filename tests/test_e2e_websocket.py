@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import openai
 import pytest
 from mitmproxy import io
 
-from tests.support.mitm import Mitmdump, start_mitmdump
+from tests.support.mitm import Mitmdump, free_port, start_mitmdump
 from tests.support.ws_provider import (
     CLOSE,
     WsProvider,
@@ -511,3 +513,46 @@ async def test_the_flow_tells_which_upstream_each_turn_went_to_and_why(upstream:
     assert turns[0]["warm_up"] is True
     assert "never re-sent" in turns[2]["why"]
     assert turns[1]["attempts"][0]["code"] == "server_is_overloaded"
+
+
+async def test_mitmweb_shows_each_failed_attempt_and_status_counts_websocket_turns(
+        upstream: WsProvider, backup: WsProvider, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(WS_RULES.format(backup=backup.http_url, plain=backup.http_url))
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", web=True,
+                          extra_args=["--set", "web_open_browser=false", "--set", f"web_port={free_port()}"])
+    upstream.script(failed_turn("resp_f1"), answer_turn("resp_ok"), failed_turn("resp_f2"), failed_turn("resp_f3"))
+    backup.script(answer_turn("resp_b"))
+    try:
+        base, _, token = dump.web_url.partition("?")
+        xsrf = "0123456789abcdef0123456789abcdef"
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+        def call(method: str, path: str, data: object = None) -> Any:
+            request = urllib.request.Request(
+                f"{base.rstrip('/')}{path}?{token}", method=method,
+                data=None if data is None else json.dumps(data).encode(),
+                headers={"X-XSRFToken": xsrf, "Cookie": f"_mitmproxy_xsrf={xsrf}", "Content-Type": "application/json"})
+            with opener.open(request, timeout=10) as answer:
+                return json.loads(answer.read())
+
+        mark = dump.log_mark()
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url,
+                                          headers={"Authorization": "Bearer sk-client-key"}) as ws:
+                await ws.send_str(create("one"))
+                await receive_turn(ws)  # answered on retry
+            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url) as ws:
+                await ws.send_str(create("two"))
+                await receive_turn(ws)  # the backup answered
+        await asyncio.to_thread(dump.wait_for_log, "switchyard.websocket_closed", mark, 10.0, 2)
+        status = (await asyncio.to_thread(call, "POST", "/commands/switchyard.status", {"arguments": []}))["value"]
+        flows = await asyncio.to_thread(call, "GET", "/flows")
+    finally:
+        dump.stop()
+    assert "websocket: connections=2, turns=2, retries_answered=1, fallbacks=1, suppressed_failovers=0" in status
+    attempts = [f for f in flows if f.get("comment", "").startswith("attempt ")]
+    assert sorted(f["comment"].split(": ", 1)[1].split(" → ")[1].split(";")[0] for f in attempts) == [
+        "next_upstream", "retry", "retry"]
+    shown = json.dumps(attempts)
+    assert "sk-client-key" not in shown and "[redacted]" in shown
