@@ -156,7 +156,13 @@ class Relay:
                             b"switchyard relay: unknown or used token\n")
             return
         if exchange.websocket:
-            await WebSocketSession(exchange, sink, self.client_via(exchange.upstream_proxy), self.websocket).run()
+            self.in_flight += 1  # a reload lets it go on, as it does a stream
+            try:
+                await WebSocketSession(exchange, sink, self.client_via(exchange.upstream_proxy), self.websocket).run()
+            finally:
+                self.in_flight -= 1
+                if self._retiring:
+                    asyncio.get_running_loop().call_soon(self._stop_if_retired_and_idle)
             return  # the connection was the session's: nothing more goes on it
         if sink.go_direct(exchange):
             self.direct_answers += 1

@@ -75,8 +75,10 @@ class WebSocketSession(asyncio.Protocol):
         self._carried: dict[str, tuple[dict[str, Any], UpstreamSocket | None]] = {}
         self.story: dict[str, Any] = exchange.story if exchange.story is not None else {}
         self.story.setdefault("turns", [])
-        self._handshake_headers = tuple((k, v) for k, v in exchange.request.headers
-                                        if k.lower() not in _HANDSHAKE_ONLY)
+        # each turn's request: the handshake's headers (credentials included, for build_request
+        # to keep or drop per upstream), as a JSON POST where a turn goes over HTTP
+        self._turn_headers = (*((k, v) for k, v in exchange.request.headers if k.lower() not in _HANDSHAKE_ONLY),
+                              ("Content-Type", "application/json"))
 
     # --- the connection's life -----------------------------------------------------
 
@@ -143,7 +145,7 @@ class WebSocketSession(asyncio.Protocol):
         turn.story = {"turn": turn.number, "warm_up": is_warm_up(body), "resendable": resendable, "why": why}
         self.story["turns"].append(turn.story)
         folded = fold(body, {rid: carried for rid, (carried, _) in self._carried.items()})
-        request = OriginalRequest.of("POST", self.exchange.request.url, self._handshake_headers,
+        request = OriginalRequest.of("POST", self.exchange.request.url, self._turn_headers,
                                      as_http_body(folded), {"stream": True}, self.exchange.request.address)
         exchange = Exchange(token="", route=self.route, request=request, faults=self.exchange.faults)
         loop = TurnLoop(exchange, self.http, self, turn)
@@ -337,6 +339,8 @@ class WebSocketSession(asyncio.Protocol):
                     pass
                 self.transport.close()
             self._inbox.put_nowait(None)
+            if self._task is not None and not self._task.done():
+                self._task.cancel()  # a turn in progress is nobody's now
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
