@@ -556,3 +556,36 @@ async def test_mitmweb_shows_each_failed_attempt_and_status_counts_websocket_tur
         "next_upstream", "retry", "retry"]
     shown = json.dumps(attempts)
     assert "sk-client-key" not in shown and "[redacted]" in shown
+
+
+async def test_a_warm_up_bound_for_http_is_answered_by_switchyard_and_folded_into_the_turn(
+        upstream: WsProvider, backup: WsProvider, ws_mitm: Mitmdump) -> None:
+    """The primary fails the warm-up itself; the next upstream speaks HTTP only, where a
+    warm-up would generate a whole answer: Switchyard answers it without output, and
+    the real turn reaches the backup with the warm-up's request folded in."""
+    upstream.script(failed_turn("resp_f1"))
+    good = answer_turn("resp_http", "Over HTTP")
+    backup.script(good)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "httponly"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("", generate=False, instructions="be brief", input=[]))
+            warm = await receive_turn(ws)
+            rid = json.loads(warm[0])["response"]["id"]
+            await ws.send_str(create("the question", previous_response_id=rid))
+            got = await receive_turn(ws)
+    assert [json.loads(m)["type"] for m in warm] == ["response.created", "response.completed"]
+    assert json.loads(warm[1])["response"]["output"] == []
+    assert got == good
+    assert [json.loads(body) for body in backup.posts] == [
+        {"model": "gpt-4o", "instructions": "be brief", "input": [{"role": "user", "content": "the question"}],
+         "stream": True}]
+
+
+async def test_a_client_message_with_no_upstream_connection_is_answered_with_an_error(
+        upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(json.dumps({"type": "response.cancel"}))
+            error = json.loads((await ws.receive(timeout=10)).data)
+    assert (error["type"], error["code"]) == ("error", "no_upstream_connection")
+    assert upstream.creates == []

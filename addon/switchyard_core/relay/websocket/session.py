@@ -28,6 +28,7 @@ from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMes
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
 
 from ... import observe
+from ...protocols.openai_responses import error_event_payload
 from ...rules import Upstream
 from ..exchange import Exchange, OriginalRequest
 from ..upstream import UpstreamRequest
@@ -123,8 +124,12 @@ class WebSocketSession(asyncio.Protocol):
         """A client message that starts no turn: to the connection's upstream socket."""
         link = self._link
         if link is None or not link.open:
+            # never silently lost: the client hears that it went nowhere
             observe.emit(logging.WARNING, "switchyard.websocket_message_not_sent", route=self.route.name,
                          transport=TRANSPORT, reason="no upstream WebSocket is open for it")
+            self.to_client(error_event_payload("switchyard: no upstream WebSocket is open for this message "
+                                               "(only response.create starts a turn)", "no_upstream_connection",
+                                               "invalid_request_error"))
             return
         if isinstance(message, str):
             link.send_text(message)
@@ -227,8 +232,8 @@ class WebSocketSession(asyncio.Protocol):
         if self._link is link:
             self._link, self._link_upstream = None, None
 
-    def receive(self, link: UpstreamSocket | None) -> "asyncio.Queue[bytes | Closed]":
-        """An attempt's own inbox: what `link` sends from now on (earlier leftovers are not its)."""
+    def receive(self) -> "asyncio.Queue[bytes | Closed]":
+        """An attempt's own inbox: what the socket sends from now on (earlier leftovers are not its)."""
         self._turn_inbox = asyncio.Queue()
         return self._turn_inbox
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -43,7 +44,7 @@ from ..upstream import (
     transport_failure,
 )
 from ..upstream_client import UpstreamClient
-from .carry import response_id
+from .carry import is_warm_up, response_id
 from .upstream_socket import NOT_A_WEBSOCKET, Binary, Closed, Refused, UpstreamSocket, websocket_url
 
 if TYPE_CHECKING:
@@ -189,14 +190,33 @@ class TurnLoop(AttemptLoop):
         except OSError as exc:
             return self._fail(attempt, transport_failure(exc))
         record.phase = "staging"
-        inbox = self.session.receive(link)
+        inbox = self.session.receive()
         link.send_text(self.session.message_for(self.turn, link, fresh))
         return await self._messages(inbox, link, attempt)
 
     async def _http_attempt(self, upstream: Upstream, tries: int, has_next: bool) -> _Failed | None:
         self.turn.link = None
-        self.session.receive(None)
+        self.session.receive()
+        if is_warm_up(self.turn.body):
+            self._warm_up_here(upstream)
+            return None
         return await super()._attempt(upstream, tries, has_next)
+
+    def _warm_up_here(self, upstream: Upstream) -> None:
+        """A `generate: false` warm-up bound for HTTP, answered by Switchyard: HTTP has
+        no connection to warm, and would generate a whole answer.  The turn that names
+        it gets its request folded in, as from any connection it does not live on."""
+        rid = f"resp_switchyard_{secrets.token_hex(12)}"
+        record = AttemptRecord(attempt=len(self.exchange.attempts) + 1, upstream=upstream.name,
+                               url=display_url(self.exchange.request, upstream), started=time.monotonic())
+        self.exchange.attempts.append(record)
+        self.end.committed(record, upstream.name, "warm_up_answered_here")
+        self.turn.response_id = rid
+        response = {"id": rid, "object": "response", "status": "in_progress", "output": [],
+                    "model": self.turn.body.get("model")}
+        self.client.start(200, [], upstream.name)
+        for kind, status in (("response.created", "in_progress"), ("response.completed", "completed")):
+            self.session.to_client(json.dumps({"type": kind, "response": {**response, "status": status}}).encode())
 
     async def _messages(self, inbox: "asyncio.Queue[bytes | Closed]", link: UpstreamSocket,
                         attempt: _Try) -> _Failed | None:
