@@ -589,3 +589,19 @@ async def test_a_client_message_with_no_upstream_connection_is_answered_with_an_
             error = json.loads((await ws.receive(timeout=10)).data)
     assert (error["type"], error["code"]) == ("error", "no_upstream_connection")
     assert upstream.creates == []
+
+
+async def test_a_later_turn_over_http_is_forwarded_with_capacity_codes_rewritten_never_resent(
+        upstream: WsProvider, plain: WsProvider, ws_mitm: Mitmdump) -> None:
+    upstream.script(failed_turn("resp_f1"))
+    first, failing = answer_turn("resp_http", "Over HTTP"), overload_turn("resp_http2")
+    plain.script(first, failing)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "tohttp"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("hello"))
+            assert await receive_turn(ws) == first
+            await ws.send_str(create("next", previous_response_id="resp_http"))
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == [rewritten(message) for message in failing]
+    assert len(plain.posts) == 2  # the failing later turn was not sent again

@@ -22,11 +22,6 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from wsproto import ConnectionType
-from wsproto.connection import Connection
-from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMessage
-from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
-
 from ... import observe
 from ...protocols.openai_responses import error_event_payload
 from ...rules import Upstream
@@ -34,13 +29,13 @@ from ..exchange import Exchange, OriginalRequest
 from ..upstream import UpstreamRequest
 from ..upstream_client import UpstreamClient
 from .carry import as_http_body, as_message, fold, is_warm_up, parse_create
+from .client_socket import UNSENDABLE_CLOSE, ClientSocket
 from .turn import TRANSPORT, Turn, TurnLoop, narrowed
-from .upstream_socket import MESSAGE_LIMIT, Binary, Closed, UpstreamSocket, open_socket
+from .upstream_socket import Closed, UpstreamSocket, open_socket
 
 if TYPE_CHECKING:
     from ..relay_connection import RelayConnection
 
-_UNSENDABLE_CLOSE = frozenset({1005, 1006, 1015})  # codes a close frame may not carry
 _HANDSHAKE_ONLY = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                              "sec-websocket-protocol", "upgrade", "connection"})
 
@@ -49,7 +44,7 @@ def _header(headers: tuple[tuple[str, str], ...], name: str) -> str:
     return next((value for key, value in headers if key.lower() == name), "")
 
 
-class WebSocketSession(asyncio.Protocol):
+class WebSocketSession:
     def __init__(self, exchange: Exchange, connection: "RelayConnection", http: UpstreamClient,
                  counters: Counter[str]) -> None:
         self.exchange = exchange
@@ -57,12 +52,9 @@ class WebSocketSession(asyncio.Protocol):
         self.connection = connection
         self.http = http
         self.counters = counters
-        self.transport: asyncio.Transport | None = None
-        self._ws = Connection(ConnectionType.SERVER)
-        self._inbox: asyncio.Queue[tuple[str, Any] | None] = asyncio.Queue()
-        self._parts: list[str | bytes] = []
-        self._size = 0
-        self._closed = False  # the client's side is closing or gone
+        self.client = ClientSocket(self.route.name, self._from_client, self._client_closed, self._client_lost)
+        self.client.paused = self._hold_upstream
+        self._inbox: asyncio.Queue[tuple[str, Any] | None] = asyncio.Queue()  # turns and messages, in order
         self._task: asyncio.Task[None] | None = None
         # the upstream side: the connection's upstream (index into the route's), its socket
         self._current = 0
@@ -86,12 +78,8 @@ class WebSocketSession(asyncio.Protocol):
     async def run(self) -> None:
         transport = self.connection.transport
         assert transport is not None
-        self.transport = transport
         self._task = asyncio.current_task()
-        key = _header(self.exchange.request.headers, "sec-websocket-key")
-        transport.set_protocol(self)
-        transport.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                        b"Sec-WebSocket-Accept: " + generate_accept_token(key.encode()) + b"\r\n\r\n")
+        self.client.take_over(transport, _header(self.exchange.request.headers, "sec-websocket-key"))
         self.counters["websocket_connections"] += 1
         observe.emit(logging.INFO, "switchyard.websocket_opened", route=self.route.name,
                      upstream=self.route.upstreams[0].name, transport=TRANSPORT)
@@ -111,14 +99,43 @@ class WebSocketSession(asyncio.Protocol):
             if self._link is not None:
                 self._link.close(1000)
                 self._link = None
-            if not self._closed:
-                self._close_client(1000, "")
+            self.client.close(1000, "")
             self.connection.relay.connections.discard(self.connection)
             turns = self.story["turns"]
             observe.emit(logging.INFO, "switchyard.websocket_closed", route=self.route.name, transport=TRANSPORT,
                          turns=len(turns), upstream=self.story.get("upstream"),
                          failed_attempts=sum(1 for t in turns for a in t.get("attempts", ())
                                              if a["outcome"] not in ("committed", "passed_through")))
+
+    def _from_client(self, message: str | bytes) -> None:
+        body = parse_create(message) if isinstance(message, str) else None
+        if body is not None:
+            self._inbox.put_nowait(("create", (message, body)))
+        elif self._link is not None and self._link.open:
+            self._forward(message)  # now, also during a turn
+        else:
+            self._inbox.put_nowait(("other", message))
+
+    def _client_closed(self, code: int, reason: str) -> None:
+        if self._link is not None:
+            self._link.close(code if code not in UNSENDABLE_CLOSE else 1000, reason)
+            self._link = None
+        self._client_lost()
+
+    def _client_lost(self) -> None:
+        self.connection.relay.connections.discard(self.connection)
+        self._inbox.put_nowait(None)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()  # a turn in progress is nobody's now
+
+    def _hold_upstream(self, paused: bool) -> None:
+        """While mitmproxy is not reading, neither is the upstream socket."""
+        link = self._link
+        if link is not None and link.transport is not None and not link.transport.is_closing():
+            if paused:
+                link.transport.pause_reading()
+            else:
+                link.transport.resume_reading()
 
     def _forward(self, message: str | bytes) -> None:
         """A client message that starts no turn: to the connection's upstream socket."""
@@ -261,100 +278,14 @@ class WebSocketSession(asyncio.Protocol):
     def closed_in_turn(self, closed: Closed) -> None:
         """The upstream closed: the client gets the close, after every message before it."""
         self._link, self._link_upstream = None, None
-        if closed.code in _UNSENDABLE_CLOSE:
-            self.break_client(closed.reason or "upstream connection broke")
-        else:
-            self._close_client(closed.code, closed.reason)
+        self.client.close(closed.code, closed.reason)
+        self._inbox.put_nowait(None)
 
     # --- the client's side -----------------------------------------------------------
 
     def to_client(self, message: bytes) -> None:
-        if self._closed or self.transport is None:
-            return
-        event: Message[Any] = (BytesMessage(data=bytes(message)) if isinstance(message, Binary)
-                               else TextMessage(data=message.decode("utf-8", "replace")))
-        self.transport.write(self._ws.send(event))
+        self.client.send(message)
 
     def break_client(self, why: str) -> None:
-        """End the client's WebSocket without a clean close: it must see that it broke."""
-        if self._closed:
-            return
-        observe.emit(logging.WARNING, "switchyard.websocket_broken", route=self.route.name, transport=TRANSPORT,
-                     reason=why)
-        self._closed = True
-        if self.transport is not None:
-            self.transport.abort()
+        self.client.break_off(why)
         self._inbox.put_nowait(None)
-
-    def _close_client(self, code: int, reason: str) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self.transport is not None and not self.transport.is_closing():
-            try:
-                self.transport.write(self._ws.send(CloseConnection(code=code, reason=reason)))
-            except LocalProtocolError:
-                pass
-            self.transport.close()
-        self._inbox.put_nowait(None)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self._ws.receive_data(data)
-            for event in self._ws.events():
-                self._client_event(event)
-        except RemoteProtocolError:
-            self.break_client("the client broke the WebSocket protocol")
-
-    def _client_event(self, event: object) -> None:
-        if isinstance(event, TextMessage | BytesMessage):
-            self._size += len(event.data)
-            if self._size > MESSAGE_LIMIT:
-                self.break_client(f"a client message over {MESSAGE_LIMIT} bytes")
-                return
-            self._parts.append(event.data)
-            if not event.message_finished:
-                return
-            parts, self._parts, self._size = self._parts, [], 0
-            if isinstance(event, TextMessage):
-                text = "".join(parts)  # type: ignore[arg-type]
-                body = parse_create(text)
-                if body is not None:
-                    self._inbox.put_nowait(("create", (text, body)))
-                    return
-                message: str | bytes = text
-            else:
-                message = b"".join(parts)  # type: ignore[arg-type]
-            if self._link is not None and self._link.open:
-                self._forward(message)
-            else:
-                self._inbox.put_nowait(("other", message))
-        elif isinstance(event, Ping):
-            if self.transport is not None and not self._closed:
-                self.transport.write(self._ws.send(event.response()))
-        elif isinstance(event, CloseConnection):
-            if self._link is not None:
-                self._link.close(event.code if event.code not in _UNSENDABLE_CLOSE else 1000, event.reason or "")
-                self._link = None
-            if not self._closed and self.transport is not None:
-                self._closed = True
-                try:
-                    self.transport.write(self._ws.send(event.response()))
-                except LocalProtocolError:
-                    pass
-                self.transport.close()
-            self._inbox.put_nowait(None)
-            if self._task is not None and not self._task.done():
-                self._task.cancel()  # a turn in progress is nobody's now
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
-        self.connection.relay.connections.discard(self.connection)
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-
-    def pause_writing(self) -> None:
-        """mitmproxy reads as fast as it relays: messages are not held back for it."""
-
-    def resume_writing(self) -> None:
-        pass

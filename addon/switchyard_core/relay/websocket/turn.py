@@ -27,7 +27,7 @@ from multidict import CIMultiDict
 
 from ...gate import Gate
 from ...protocols import Classification, ErrorInfo, FrameKind
-from ...protocols.errors import http_error_info
+from ...protocols.errors import http_error_info, rewrite_capacity_codes
 from ...protocols.openai_responses import ResponsesStream, error_event_payload
 from ...rules import Upstream
 from ...sse import FrameSplitter, SseEvent
@@ -51,7 +51,9 @@ if TYPE_CHECKING:
     from .session import WebSocketSession
 
 TRANSPORT = "websocket"
-_ENDS = ("response.completed", "response.incomplete")  # a commit on these alone is no output
+WARM_UP_HERE = "warm_up_answered_here"
+# commits that carry no output: the answer's end alone (a warm-up's), Switchyard's own warm-up answer
+_NO_OUTPUT = ("response.completed", "response.incomplete", WARM_UP_HERE)
 
 
 @dataclass(slots=True)
@@ -74,10 +76,13 @@ class TurnSink:
     client as messages, one per event (an HTTP answer's events, Switchyard's own
     in-band errors); a whole error body becomes an `error` message."""
 
-    def __init__(self, session: "WebSocketSession") -> None:
+    def __init__(self, session: "WebSocketSession", rewrite: bool) -> None:
         self.session = session
         self._splitter = FrameSplitter()
         self._started = False
+        # a turn that may not be re-sent: its failures, forwarded as sent over HTTP, still
+        # have their capacity codes rewritten (over WebSocket its gate does that)
+        self._rewrite = rewrite
 
     @property
     def headers_sent(self) -> bool:
@@ -90,7 +95,8 @@ class TurnSink:
         for frame in self._splitter.feed(data):
             event = frame.event
             if not event.comment_only and event.data is not None:
-                self.session.to_client(event.data.encode())
+                message = event.data.encode()
+                self.session.to_client(rewrite_capacity_codes(message) if self._rewrite else message)
 
     def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         self._started = True
@@ -120,6 +126,12 @@ class TurnEndings(Endings):
     """Exhaustion forwards the last failure as the upstream sent it, messages too."""
 
     last_messages: list[bytes] | None = None
+    turn: Turn | None = None
+
+    def committed(self, record: AttemptRecord, upstream: str, first_event: str) -> None:
+        super().committed(record, upstream, first_event)
+        if self.turn is not None and first_event not in _NO_OUTPUT:
+            self.turn.output = True  # whichever transport: later turns of the connection are never re-sent
 
     def keep(self, record: AttemptRecord, answer: Any, body: bytes, *, complete: bool = True) -> Any:
         self.last_messages = None
@@ -140,11 +152,13 @@ class TurnEndings(Endings):
 
 class TurnLoop(AttemptLoop):
     def __init__(self, exchange: Exchange, http: UpstreamClient, session: "WebSocketSession", turn: Turn) -> None:
-        super().__init__(exchange, http, TurnSink(session))
+        super().__init__(exchange, http, TurnSink(session, rewrite=not turn.resendable
+                                                  and exchange.route.settings.rewrite_capacity_codes))
         self.session = session
         self.turn = turn
         self.log.context = {"transport": TRANSPORT, "turn": turn.number}
         self.end = TurnEndings(exchange, self.client, self.log)
+        self.end.turn = turn
 
     def _upstreams(self) -> Sequence[Upstream]:
         return self.turn.upstreams
@@ -210,7 +224,7 @@ class TurnLoop(AttemptLoop):
         record = AttemptRecord(attempt=len(self.exchange.attempts) + 1, upstream=upstream.name,
                                url=display_url(self.exchange.request, upstream), started=time.monotonic())
         self.exchange.attempts.append(record)
-        self.end.committed(record, upstream.name, "warm_up_answered_here")
+        self.end.committed(record, upstream.name, WARM_UP_HERE)
         self.turn.response_id = rid
         response = {"id": rid, "object": "response", "status": "in_progress", "output": [],
                     "model": self.turn.body.get("model")}
@@ -279,7 +293,6 @@ class TurnLoop(AttemptLoop):
                 return self._failed_before_output(step.failure, gate, attempt, link)
             if step.committed:
                 self.end.committed(record, attempt.upstream.name, step.first_event or "output")
-                turn.output = step.first_event not in _ENDS
             if step.failures_after_output:
                 failed_after_output = True
                 self.log.context["after"] = "output" if turn.output else "later_turn"
