@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ... import observe
@@ -31,7 +33,7 @@ from ..upstream_client import UpstreamClient
 from .carry import as_http_body, as_message, fold, is_warm_up, parse_create
 from .client_socket import UNSENDABLE_CLOSE, ClientSocket
 from .turn import TRANSPORT, Turn, TurnLoop, narrowed
-from .upstream_socket import Closed, UpstreamSocket, open_socket
+from .upstream_socket import Binary, Closed, UpstreamSocket, open_socket
 
 if TYPE_CHECKING:
     from ..relay_connection import RelayConnection
@@ -61,6 +63,8 @@ class WebSocketSession:
         self._link: UpstreamSocket | None = None
         self._link_upstream: str | None = None
         self._turn_inbox: asyncio.Queue[bytes | Closed] | None = None
+        self._plain: Callable[[bytes], bool] | None = None  # see pass_plain_content
+        self.last_passed = 0.0  # when the hot path last passed a message (the turn's idle bound counts it)
         self._http_only: set[str] = set()
         self._turns = 0
         self._had_output = False
@@ -187,7 +191,7 @@ class WebSocketSession:
             loop.log.finished()
 
     def _after_turn(self, turn: Turn, exchange: Exchange) -> None:
-        pending, self._turn_inbox = self._turn_inbox, None
+        pending, self._turn_inbox, self._plain = self._turn_inbox, None, None
         while pending is not None and not pending.empty():
             self._from_upstream(pending.get_nowait())  # what came after the turn's end, in order
         answered = exchange.answered_by
@@ -251,6 +255,7 @@ class WebSocketSession:
 
     def receive(self) -> "asyncio.Queue[bytes | Closed]":
         """An attempt's own inbox: what the socket sends from now on (earlier leftovers are not its)."""
+        self._plain = None
         self._turn_inbox = asyncio.Queue()
         return self._turn_inbox
 
@@ -267,9 +272,24 @@ class WebSocketSession:
                 self._from_upstream(item)
         return receive
 
+    def pass_plain_content(self, worth_a_look: "Callable[[bytes], bool] | None") -> None:
+        """After a turn's output: its plain answer content (what `worth_a_look` lets
+        by) goes to the client from the socket's own callback, as an HTTP stream's
+        does, instead of waking the turn for each message.  None: every message
+        goes to the turn again."""
+        self._plain = worth_a_look
+        self.last_passed = time.monotonic()
+
     def _from_upstream(self, item: bytes | Closed) -> None:
-        if self._turn_inbox is not None:
-            self._turn_inbox.put_nowait(item)
+        inbox = self._turn_inbox
+        if inbox is not None:
+            look = self._plain
+            if (look is not None and inbox.empty() and not isinstance(item, Closed | Binary)
+                    and not look(item)):
+                self.last_passed = time.monotonic()
+                self.client.send(item)  # the hot path
+                return
+            inbox.put_nowait(item)
         elif isinstance(item, Closed):
             self.closed_in_turn(item)
         else:

@@ -239,7 +239,8 @@ class TurnLoop(AttemptLoop):
         settings = self.settings
         record = attempt.record
         turn = self.turn
-        gate = Gate(ResponsesStream(), staging_limit=settings.staging_limit,
+        gate_classifier = ResponsesStream()
+        gate = Gate(gate_classifier, staging_limit=settings.staging_limit,
                     rewrite_capacity_codes=settings.rewrite_capacity_codes)
         # a turn that is never re-sent passes everything from the start; `watch`
         # says when its real output begins (for the first-output bound and its log)
@@ -267,6 +268,8 @@ class TurnLoop(AttemptLoop):
                 async with asyncio.timeout(wait):
                     item = await inbox.get()
             except TimeoutError:
+                if turn.output and wait is not None and time.monotonic() - self.session.last_passed < wait:
+                    continue  # the hot path passed messages meanwhile: not silent
                 return self._silent(attempt, link, failed_after_output, deadline)
             if isinstance(item, Closed):
                 if not gate.committed:
@@ -304,6 +307,8 @@ class TurnLoop(AttemptLoop):
                 turn.link = link
                 self._finish(record)
                 return None
+            if turn.output and not failed_after_output:
+                self.session.pass_plain_content(gate_classifier.worth_a_look)
 
     def _finish(self, record: AttemptRecord) -> None:
         if record.outcome == "pending":
