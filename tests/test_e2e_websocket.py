@@ -24,6 +24,7 @@ from mitmproxy import io
 from tests.support.mitm import Mitmdump, free_port, start_mitmdump
 from tests.support.ws_provider import (
     CLOSE,
+    PING,
     WsProvider,
     answer_turn,
     event,
@@ -41,6 +42,11 @@ defaults:
   backoff_ms: 1
   max_backoff_ms: 300
 routes:
+  - name: responses-ws-small
+    match: {{path: /small/v1/responses}}
+    staging_limit: 2KB
+    upstreams:
+      - {{name: small, url: original}}
   - name: responses-ws-slow
     match: {{path: /slow/v1/responses}}
     first_output_timeout_s: 1.0
@@ -605,3 +611,31 @@ async def test_a_later_turn_over_http_is_forwarded_with_capacity_codes_rewritten
             await assert_nothing_more(ws)
     assert got == [rewritten(message) for message in failing]
     assert len(plain.posts) == 2  # the failing later turn was not sent again
+
+
+async def test_pings_never_count_as_output(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    good = answer_turn("resp_after_ping")
+    upstream.script([PING, *failed_turn("resp_pinged"), PING], [PING, *good])
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url, autoping=True) as ws:
+            await ws.ping()
+            await ws.send_str(create("ping me"))
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good  # the failed attempt was re-sent: a ping before it committed nothing
+    assert len(upstream.creates) == 2
+
+
+async def test_held_messages_past_the_staging_limit_commit_and_pass(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    """More than `staging_limit` held: the turn commits (it may no longer be re-sent),
+    so a failure after it is forwarded, rewritten, never re-sent."""
+    big = {"id": "resp_big", "object": "response", "status": "in_progress", "output": [], "instructions": "x" * 3000}
+    turn = [event("response.created", sequence_number=0, response=big), *overload_turn("resp_big")[1:]]
+    upstream.script(turn)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "small"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("big"))
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == [turn[0], rewritten(turn[1]), rewritten(turn[2])]
+    assert len(upstream.creates) == 1

@@ -2,7 +2,7 @@
 
 Each client `response.create` (a WebSocket message) or `POST /v1/responses`
 takes the next scripted turn (a list of message texts, sent back to back; a
-number in it is a pause in seconds; `CLOSE` closes the WebSocket there) from the
+number in it is a pause in seconds; `CLOSE` closes the WebSocket there, `PING` pings) from the
 queue the test filled; with none left it answers a normal turn.  Over HTTP the
 same texts go as SSE events.  Every `response.create` received is recorded
 exactly, every POST body too, with the headers of each handshake and POST.
@@ -99,6 +99,7 @@ def warm_up_turn(rid: str) -> list[str]:
 
 
 CLOSE = "CLOSE"  # in a script: the server closes the WebSocket (code 1000) there
+PING = "PING"  # in a script: the server sends a ping there
 
 
 class WsProvider:
@@ -214,6 +215,8 @@ class WsProvider:
                 elif item == CLOSE:
                     await ws.close()
                     return ws
+                elif item == PING:
+                    await ws.ping(b"keepalive")
                 else:
                     await ws.send_str(item)
         return ws
