@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from switchyard_core.relay.websocket.carry import as_http_body, as_message, fold, parse_create, response_id
+from switchyard_core.attempts.carry import as_http_body, as_message, fold, parse_create, response_id
 
 
 def test_a_turn_naming_no_carried_warm_up_is_unchanged() -> None:

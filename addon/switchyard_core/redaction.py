@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .protocols.errors import MESSAGE_LIMIT
+from .apis.errors import MESSAGE_LIMIT
 from .rules import Upstream
 
 # The client's credentials: never sent to an upstream on another origin, never shown.

@@ -22,14 +22,16 @@ from mitmproxy import addonmanager, command, connection, ctx, hooks, http
 from mitmproxy.http import Headers
 
 from .. import observe
+from ..exchange import Exchange, FlowAddress, OriginalRequest
 from ..observe import METADATA_KEY
-from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Exchange, FlowAddress, OriginalRequest, Relay, UpstreamClient
-from ..protocols.openai_responses import NAME as RESPONSES
-from ..relay.relay_connection import reason_phrase
-from ..relay.upstream import redact_query
+from ..apis.openai_responses import NAME as RESPONSES
+from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Relay
+from ..relay.connection import reason_phrase
+from ..relay.mitmproxy_reader import relay_streams
+from ..upstreams import UpstreamClient
+from ..upstreams.messages import redact_query
 from .destination import destination, named_url
 from .flow_story import DisplayCopy, annotate, restore, show_attempts
-from .relay_streams import relay_streams
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral
 
@@ -172,7 +174,7 @@ class Router:
         self._live[flow.id] = exchange
         if self._direct and not websocket:
             exchange.mitmproxy_streams = lambda: relay_streams(flow)
-        story = {"route": route.name, "api": route.api, "original_url": redact_query(original.url)}
+        story: dict[str, Any] = {"route": route.name, "api": route.api, "original_url": redact_query(original.url)}
         if websocket:
             # terminated in the relay, which tells each turn's story here as it goes
             exchange.websocket = True
@@ -270,17 +272,21 @@ class Router:
         rules = self.keeper.rules
         lines = [f"rules: {rules.source if rules else '(none loaded)'}"]
         for route in rules.routes if rules else ():
-            lines.append(f"route {route.name} ({route.api})")
+            strategies = route.settings.continue_after_cut
+            lines.append(f"route {route.name} ({route.api})"
+                         + (f"; continue_after_cut={','.join(strategies)}" if strategies else ""))
             for upstream in route.upstreams:
                 where = "original destination" if upstream.is_original else upstream.display_url
                 auth = "own auth set" if upstream.auth else ("client's credentials" if upstream.is_original else "no auth")
-                lines.append(f"  upstream {upstream.name}: {where}; {auth}; retries={upstream.retries}")
+                lines.append(f"  upstream {upstream.name}: {where}; {auth}; retries={upstream.retries}"
+                             + ("; prefill" if upstream.prefill else ""))
         for warning in rules.warnings if rules else ():
             lines.append(f"warning: {warning}")
         if self.keeper.faults is not None:
             lines.extend(f"fault: {line}" for line in self.keeper.faults.describe())
         counts = ", ".join(f"{k}={self.counters[k]}" for k in ("routed", "attempts", "failed_attempts", "retries_answered",
-                                                             "fallbacks", "suppressed_failovers"))
+                                                             "fallbacks", "suppressed_failovers",
+                                                             "continued_after_cut", "continuations_failed"))
         lines.append(f"counters: {counts}")
         if self.relay is not None:
             relay = self.relay

@@ -13,12 +13,14 @@ import re
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 from pydantic import ValidationError
 
-from ..protocols import api_for_path
-from ..protocols.errors import DEFAULT_RETRY_ON
+from ..apis import api_for_path
+from ..apis.errors import DEFAULT_RETRY_ON
+from ..continuation.request import PREFILL_APIS
 from .locations import RulesError, compose_with_lines, field_problem, line_of, validation_problems
 from .schema import FaultSpec, RulesFile, Settings, UpstreamSpec
 
@@ -41,6 +43,7 @@ class AttemptSettings:
     staging_limit: int = 8 * 1024 * 1024
     rewrite_capacity_codes: bool = True
     retry_on: frozenset[int] = DEFAULT_RETRY_ON
+    continue_after_cut: tuple[str, ...] = ()  # strategies, in order; () keeps a cut a clean error
 
     def overlay(self, spec: Settings) -> "AttemptSettings":
         """These settings with those `spec` sets (a route's over the defaults)."""
@@ -48,7 +51,7 @@ class AttemptSettings:
         for name in Settings.model_fields:
             value = getattr(spec, name)
             if value is not None:
-                changes[name] = frozenset(value) if name == "retry_on" else value
+                changes[name] = frozenset(value) if name == "retry_on" else tuple(value) if isinstance(value, list) else value
         return replace(self, **changes)
 
 
@@ -62,6 +65,10 @@ class Upstream:
     headers: tuple[tuple[str, str], ...]
     display_url: str | None = None  # `url` as written, `${VAR}` unexpanded: safe to show
     secret_headers: frozenset[str] = frozenset()  # lowercased names whose values came from the environment
+    prefill: bool = False  # continues a conversation that ends in an assistant message
+    # merged into a prefill request's top level, and into its final assistant message
+    prefill_body: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    prefill_message: Mapping[str, Any] = field(default_factory=dict, hash=False)
     websocket: bool | None = None  # Responses turns over WebSocket: None tries the upgrade, False never does
 
     @property
@@ -163,6 +170,9 @@ def _resolve_upstream(
         headers=headers,
         display_url=None if spec.url == "original" else spec.url,
         secret_headers=frozenset(secret),
+        prefill=spec.prefill,
+        prefill_body=MappingProxyType(dict(spec.prefill_body or {})),
+        prefill_message=MappingProxyType(dict(spec.prefill_message or {})),
         websocket=None if spec.websocket == "auto" else bool(spec.websocket),
     )
 
@@ -181,6 +191,17 @@ def _takes_all_of(earlier: Route, later: Route) -> bool:
         if mine != theirs and (any(c in theirs for c in "*?[") or not fnmatchcase(theirs, mine)):
             return False
     return True
+
+
+def _idle_prefill(api: str, strategies: tuple[str, ...], upstreams: list[Upstream]) -> str | None:
+    """Why a route's `prefill` strategy can never run, if it cannot."""
+    if "prefill" not in strategies:
+        return None
+    if api not in PREFILL_APIS:
+        return f"{api} has no prefill (Chat Completions and Anthropic Messages have)"
+    if not any(upstream.prefill for upstream in upstreams):
+        return "no upstream says prefill: true"
+    return None
 
 
 def _is_http_url(url: str) -> bool:
@@ -235,6 +256,9 @@ def load_rules(path: Path) -> Rules:
                 problem(u_loc + ("name",), f"duplicate upstream name {upstream_spec.name!r}")
                 continue
             seen_upstreams.add(upstream_spec.name)
+            for key in ("prefill_body", "prefill_message"):
+                if getattr(upstream_spec, key) is not None and not upstream_spec.prefill:
+                    problem(u_loc + (key,), f"{key} is used only with prefill: true")
             url_problem = _url_problem(upstream_spec.url)
             if url_problem is not None:
                 problem(u_loc + ("url",), url_problem)
@@ -248,6 +272,10 @@ def load_rules(path: Path) -> Rules:
         if not upstreams:
             warnings.append(f"{path}:{line_of(base, lines)}: route {spec.name!r} disabled: no usable upstream")
             continue
+        idle = _idle_prefill(api, settings.continue_after_cut, upstreams)
+        if idle:
+            warnings.append(f"{path}:{line_of(base, lines)}: route {spec.name!r}: continue_after_cut's prefill "
+                            f"does nothing here: {idle}")
         routes.append(
             Route(
                 name=spec.name,

@@ -11,6 +11,7 @@ anyone (they are not output).
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -29,7 +30,7 @@ from wsproto.events import (
 from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from ..upstream import ConnectionBroke, ConnectTimeout, UpstreamRequest
+from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest
 
 # a message (or a refused handshake's body) larger than this breaks the connection
 MESSAGE_LIMIT = 64 * 1024 * 1024
@@ -221,7 +222,7 @@ class UpstreamSocket(asyncio.Protocol):
         await self._handshake
 
 
-async def open_socket(request: UpstreamRequest, tls: "Callable[[], object]", *, connect_timeout_s: float,
+async def open_socket(request: UpstreamRequest, tls: Callable[[], ssl.SSLContext], *, connect_timeout_s: float,
                       handshake_timeout_s: float | None) -> UpstreamSocket:
     """Connect, upgrade, and return the open socket.  Raises `ConnectTimeout`,
     `TimeoutError` (no handshake answer in time), `Refused`, or an `OSError`."""
@@ -234,7 +235,7 @@ async def open_socket(request: UpstreamRequest, tls: "Callable[[], object]", *, 
     try:
         async with asyncio.timeout(connect_timeout_s or None):
             await loop.create_connection(lambda: socket, request.address or host, port,
-                                         ssl=tls() if secure else None,  # type: ignore[arg-type]
+                                         ssl=tls() if secure else None,
                                          server_hostname=host if secure else None)
     except TimeoutError:
         socket.abort()

@@ -25,17 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
 
-from ...gate import Gate
-from ...protocols import Classification, ErrorInfo, FrameKind
-from ...protocols.errors import http_error_info, rewrite_capacity_codes
-from ...protocols.openai_responses import ResponsesStream, error_event_payload
-from ...rules import Upstream
-from ...sse import FrameSplitter, SseEvent
-from ..attempts import AttemptLoop, _Failed, _Try
-from ..body import Body
-from ..endings import Endings
+from ..apis import Classification, ErrorInfo, FrameKind
+from ..apis.errors import http_error_info, rewrite_capacity_codes
+from ..apis.openai_responses import ResponsesStream
 from ..exchange import AttemptRecord, Exchange
-from ..upstream import (
+from ..gate import Gate
+from ..rules import Upstream
+from ..sse import FrameSplitter, SseEvent
+from ..upstreams.body import Body
+from ..upstreams.client import UpstreamClient
+from ..upstreams.messages import (
     ConnectionBroke,
     ConnectTimeout,
     build_request,
@@ -43,12 +42,13 @@ from ..upstream import (
     secret_header_names,
     transport_failure,
 )
-from ..upstream_client import UpstreamClient
+from ..upstreams.websocket import NOT_A_WEBSOCKET, Binary, Closed, Refused, UpstreamSocket, websocket_url
 from .carry import is_warm_up, response_id
-from .upstream_socket import NOT_A_WEBSOCKET, Binary, Closed, Refused, UpstreamSocket, websocket_url
+from .endings import Endings
+from .loop import AttemptLoop, _Failed, _Try
 
 if TYPE_CHECKING:
-    from .session import WebSocketSession
+    from ..relay.websocket_session import WebSocketSession
 
 TRANSPORT = "websocket"
 WARM_UP_HERE = "warm_up_answered_here"
@@ -226,7 +226,7 @@ class TurnLoop(AttemptLoop):
         self.exchange.attempts.append(record)
         self.end.committed(record, upstream.name, WARM_UP_HERE)
         self.turn.response_id = rid
-        response = {"id": rid, "object": "response", "status": "in_progress", "output": [],
+        response: dict[str, Any] = {"id": rid, "object": "response", "status": "in_progress", "output": [],
                     "model": self.turn.body.get("model")}
         self.client.start(200, [], upstream.name)
         for kind, status in (("response.created", "in_progress"), ("response.completed", "completed")):

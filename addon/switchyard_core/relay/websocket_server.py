@@ -18,8 +18,8 @@ from wsproto.connection import Connection
 from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMessage
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
 
-from ... import observe
-from .upstream_socket import MESSAGE_LIMIT, Binary
+from .. import observe
+from ..upstreams.websocket import MESSAGE_LIMIT, Binary
 
 UNSENDABLE_CLOSE = frozenset({1005, 1006, 1015})  # codes a close frame may not carry
 

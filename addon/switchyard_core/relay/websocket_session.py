@@ -24,19 +24,19 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ... import observe
-from ...protocols.openai_responses import error_event_payload
-from ...rules import Upstream
+from .. import observe
+from ..apis.openai_responses import error_event_payload
+from ..attempts.carry import as_http_body, as_message, fold, is_warm_up, parse_create
+from ..attempts.turn import TRANSPORT, Turn, TurnLoop, narrowed
 from ..exchange import Exchange, OriginalRequest
-from ..upstream import UpstreamRequest
-from ..upstream_client import UpstreamClient
-from .carry import as_http_body, as_message, fold, is_warm_up, parse_create
-from .client_socket import UNSENDABLE_CLOSE, ClientSocket
-from .turn import TRANSPORT, Turn, TurnLoop, narrowed
-from .upstream_socket import Binary, Closed, UpstreamSocket, open_socket
+from ..rules import Upstream
+from ..upstreams.client import UpstreamClient
+from ..upstreams.messages import UpstreamRequest
+from ..upstreams.websocket import Binary, Closed, UpstreamSocket, open_socket
+from .websocket_server import UNSENDABLE_CLOSE, ClientSocket
 
 if TYPE_CHECKING:
-    from ..relay_connection import RelayConnection
+    from .connection import RelayConnection
 
 _HANDSHAKE_ONLY = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                              "sec-websocket-protocol", "upgrade", "connection"})

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from ..rules import Route
+from .rules import Route
 
 if TYPE_CHECKING:
-    from ..faults import FaultPlan
+    from .faults import FaultPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,9 @@ class AttemptRecord:
     upstream: str
     url: str
     started: float
-    outcome: str = "pending"  # committed | retry | next_upstream | fatal | give_up
+    # committed | retry | next_upstream | fatal | give_up; a continuation's: continued |
+    # continuation_failed (nothing reached the client) | continuation_broke (some text did)
+    outcome: str = "pending"
     phase: str = "connect"  # connect | headers | staging | body | output | forwarded
     status: int | None = None
     code: str | None = None
@@ -71,6 +73,7 @@ class AttemptRecord:
     request_id: str | None = None
     duration_s: float | None = None
     fault: str | None = None  # the injected fault, if this attempt's failure was made on purpose
+    continuation: str | None = None  # prefill | regenerate: this attempt finishes a cut answer
     # for the attempt's own flow in mitmweb (not in metadata): what was sent and what came back
     request_headers: tuple[tuple[str, str], ...] = ()
     secret_headers: frozenset[str] = frozenset()  # names in request_headers never to show
@@ -80,7 +83,7 @@ class AttemptRecord:
         return [(name, "[redacted]" if name.lower() in self.secret_headers else value) for name, value in self.request_headers]
 
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
-               "event_type", "request_id", "duration_s", "fault")
+               "event_type", "request_id", "duration_s", "fault", "continuation")
 
     def finish(self, outcome: str) -> None:
         self.outcome = outcome
@@ -115,7 +118,7 @@ class Exchange:
     faults: "FaultPlan | None" = None
     provisional_head: bool = False  # the relay may answer mitmproxy before the real head is known
     head: "asyncio.Future[AnswerHead] | None" = None  # set when the relay begins such an answer
-    # committed | gave_up | exhausted | stream_cut | stream_stalled | client_gone | internal_error
+    # committed | continued | gave_up | exhausted | stream_cut | stream_stalled | client_gone | internal_error
     outcome: str = "pending"
     # mitmproxy's own reader and writer of the relay connection this exchange comes on,
     # if they can be found (then the answer goes to mitmproxy in-process: relay/direct_line.py)

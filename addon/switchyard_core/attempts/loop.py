@@ -19,19 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import observe
+from ..apis import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
+from ..apis.errors import http_error_info
+from ..exchange import AttemptRecord, Exchange
 from ..gate import SAID_NOTHING, Gate, GateStep
-from ..protocols import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
-from ..protocols.errors import http_error_info
 from ..retry import Plan, plan_after_failure, retry_after_s
 from ..rules import Upstream
-from .attempt_log import AttemptLog
-from .client_side import ClientSink, ClientStream
-from .endings import Endings
-from .exchange import AttemptRecord, Exchange
-from .faulty_answer import FaultyAnswer
-from .silence import Silence
-from .upstream_client import UpstreamClient
-from .upstream import (
+from ..upstreams.client import UpstreamClient
+from ..upstreams.messages import (
     Answer,
     ConnectTimeout,
     build_request,
@@ -42,6 +37,12 @@ from .upstream import (
     secret_header_names,
     transport_failure,
 )
+from .client_stream import ClientSink, ClientStream
+from .continuation import Continuation
+from .endings import Endings
+from .faulty_answer import FaultyAnswer
+from .log import AttemptLog
+from .read_deadline import Silence
 
 ERROR_BODY_LIMIT = 1024 * 1024
 WHOLE_BODY_MIN_LIMIT = 64 * 1024 * 1024  # non-streaming answers are held whole up to max(this, staging_limit)
@@ -75,6 +76,9 @@ class AttemptLoop:
         self.client = ClientStream(sink, self.api)
         self.log = AttemptLog(exchange)
         self.end = Endings(exchange, self.client, self.log)
+        self.continuation = Continuation(exchange, self.api, http, self.client, self.log, self._pipe, self._silence)
+        if self.continuation.wanted:
+            self.client.keep_transcript(self.settings.staging_limit)
 
     # --- the loop -------------------------------------------------------------------
 
@@ -232,17 +236,17 @@ class AttemptLoop:
                 await self._pass_rest(answer)
                 return None
         body = b"".join(chunks)
-        info = None
+        body_error: ErrorInfo | None = None
         if "json" in answer.headers.get("Content-Type", "").lower():
             try:
-                info = self.api.body_error(json.loads(body))
+                body_error = self.api.body_error(json.loads(body))
             except (ValueError, RecursionError):
-                info = None
-        if info is not None:
-            failed = self._fail(attempt, info, headers=answer.headers)
+                body_error = None
+        if body_error is not None:
+            failed = self._fail(attempt, body_error, headers=answer.headers)
             answered = self.end.keep(attempt.record, answer, body)
             if failed.plan.action == "give_up":
-                self.end.forward(answered, info)
+                self.end.forward(answered, body_error)
                 return None
             return failed
         if not self._commit_whole(attempt, "body"):
@@ -321,8 +325,8 @@ class AttemptLoop:
         except TimeoutError:
             if gate.committed:
                 if not gate.complete:  # after the API's end marker, quiet is no stall: the answer is whole
-                    self.end.cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
-                                  "stream_stalled")
+                    await self._cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
+                                    "stream_stalled")
                 return None
             silent = deadline is None or time.monotonic() < deadline
             what = f"nothing for {settings.request_timeout_s:g}s" if silent else f"no output within {first_output_s:g}s"
@@ -334,7 +338,7 @@ class AttemptLoop:
             if not gate.committed:
                 return self._fail(attempt, transport_failure(error))
             if not gate.complete:
-                self.end.cut(record, "upstream connection broke after output", "stream_cut")
+                await self._cut(record, "upstream connection broke after output", "stream_cut")
             return None
         # the upstream body ended
         # an end marker in an unterminated last frame reaches no client (an event is
@@ -348,12 +352,16 @@ class AttemptLoop:
             # and the in-band error must not run into it
             step.emit = b""
         self._output(step, attempt, answer)
-        self._ended(whole, record)
+        if not whole and not self.exchange.suppressed_failover:
+            await self._cut(record, "upstream ended the stream before completing the answer", "stream_cut")
         return None
 
-    def _ended(self, whole: bool, record: AttemptRecord) -> None:
-        if not whole and not self.exchange.suppressed_failover:
-            self.end.cut(record, "upstream ended the stream before completing the answer", "stream_cut")
+    async def _cut(self, record: AttemptRecord, message: str, code: str) -> None:
+        """A committed answer broke off: finished by a continuation where the route asks
+        for one and it succeeds, else ended with this (the original) cut."""
+        if self.continuation.wanted and await self.continuation.finish(record, message):
+            return
+        self.end.cut(record, message, code)
 
     async def _failed_in_stream(self, failure: Classification, gate: Gate, answer: Answer,
                                 attempt: _Try) -> _Failed | None:
