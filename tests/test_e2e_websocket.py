@@ -519,6 +519,10 @@ async def test_the_flow_tells_which_upstream_each_turn_went_to_and_why(upstream:
     assert turns[0]["warm_up"] is True
     assert "never re-sent" in turns[2]["why"]
     assert turns[1]["attempts"][0]["code"] == "server_is_overloaded"
+    assert turns[1]["why"] == "primary failed before output (server_is_overloaded): backup answered"
+    with saved.open("rb") as file:
+        flow = next(flow for flow in io.FlowReader(file).stream() if flow.websocket)
+    assert flow.comment == "turn 2: primary failed before output (server_is_overloaded): backup answered"
 
 
 async def test_mitmweb_shows_each_failed_attempt_and_status_counts_websocket_turns(

@@ -261,8 +261,17 @@ class Router:
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         exchange = self._websockets.pop(flow.id, None)
-        if exchange is not None:
-            show_attempts(flow, exchange)  # each failed attempt of each turn
+        if exchange is None:
+            return
+        show_attempts(flow, exchange)  # each failed attempt of each turn
+        # the comment names each turn that needed more than one attempt, and why
+        moved = [f"turn {turn['turn']}: {turn['why']}" for turn in (exchange.story or {}).get("turns", ())
+                 if len(turn.get("attempts", ())) > 1]
+        if moved:
+            flow.comment = "; ".join(moved)
+            flow.marked = ":arrows_counterclockwise:"
+        elif (exchange.story or {}).get("suppressed_failover"):
+            flow.marked = ":warning:"
 
     # --- commands -------------------------------------------------------------
 
