@@ -303,7 +303,9 @@ class TurnLoop(AttemptLoop):
                 del self.log.context["after"]
             for message in step.frames or ():
                 send(message)
-            if gate.complete:
+            if gate.complete or any(f.event_type == "error" for f in step.failures_after_output):
+                # its end; or an `error` after output, often a response's last word: the
+                # turn ends here, and what may follow passes between turns (rewritten)
                 turn.link = link
                 self._finish(record)
                 return None

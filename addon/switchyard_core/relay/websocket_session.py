@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import observe
+from ..apis.errors import rewrite_capacity_codes
 from ..apis.openai_responses import error_event_payload
 from ..attempts.carry import as_http_body, as_message, fold, is_warm_up, parse_create
 from ..attempts.turn import TRANSPORT, Turn, TurnLoop, narrowed
@@ -66,6 +67,7 @@ class WebSocketSession:
         self._plain: Callable[[bytes], bool] | None = None  # see pass_plain_content
         self.last_passed = 0.0  # when the hot path last passed a message (the turn's idle bound counts it)
         self._http_only: set[str] = set()
+        self._rewrite = False  # what the last turn left is after output: capacity codes rewritten
         self._turns = 0
         self._had_output = False
         # output-less turns (warm-ups), by response id: their body and the socket they live on
@@ -191,6 +193,7 @@ class WebSocketSession:
             loop.log.finished()
 
     def _after_turn(self, turn: Turn, exchange: Exchange) -> None:
+        self._rewrite = self.route.settings.rewrite_capacity_codes and (turn.output or not turn.resendable)
         pending, self._turn_inbox, self._plain = self._turn_inbox, None, None
         while pending is not None and not pending.empty():
             self._from_upstream(pending.get_nowait())  # what came after the turn's end, in order
@@ -292,6 +295,8 @@ class WebSocketSession:
             inbox.put_nowait(item)
         elif isinstance(item, Closed):
             self.closed_in_turn(item)
+        elif self._rewrite and isinstance(item, bytes) and not isinstance(item, Binary):
+            self.to_client(rewrite_capacity_codes(item))  # between turns: what a turn left, after its output
         else:
             self.to_client(item)
 
