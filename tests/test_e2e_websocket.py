@@ -22,6 +22,7 @@ import pytest
 from mitmproxy import io
 
 from tests.support.mitm import Mitmdump, free_port, start_mitmdump
+from tests.support.tls import make_tls_files, server_context
 from tests.support.ws_provider import (
     CLOSE,
     PING,
@@ -649,3 +650,30 @@ async def test_held_messages_past_the_staging_limit_commit_and_pass(upstream: Ws
             await assert_nothing_more(ws)
     assert got == [turn[0], rewritten(turn[1]), rewritten(turn[2])]
     assert len(upstream.creates) == 1
+
+
+async def test_a_backup_on_https_is_asked_over_wss_verified_like_any_upstream(upstream: WsProvider,
+                                                                             tmp_path: Path) -> None:
+    """An upstream's url is its HTTP URL; its WebSocket is that URL upgraded (https→wss),
+    with TLS verified as for HTTP (here: the test CA given to mitmproxy)."""
+    ca, cert, key = make_tls_files(tmp_path)
+    secure = WsProvider(ssl_context=server_context(cert, key)).start()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(WS_RULES.format(backup=secure.http_url, plain=secure.http_url))
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", extra_args=["--set", f"ssl_verify_upstream_trusted_ca={ca}"])
+    try:
+        upstream.script(failed_turn("resp_f1"), failed_turn("resp_f2"))
+        good = answer_turn("resp_tls", "Over wss")
+        secure.script(good)
+        mark = dump.log_mark()
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url) as ws:
+                await ws.send_str(create("secure"))
+                got = await receive_turn(ws)
+        log = dump.wait_for_log("switchyard.fallback_answered", mark)
+    finally:
+        dump.stop()
+        secure.stop()
+    assert got == good
+    assert secure.connections == 1 and secure.posts == []  # over the WebSocket, not HTTP
+    assert "upstream=backup" in log

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 from collections import deque
 
@@ -103,9 +104,10 @@ PING = "PING"  # in a script: the server sends a ping there
 
 
 class WsProvider:
-    def __init__(self, websocket: bool = True) -> None:
+    def __init__(self, websocket: bool = True, ssl_context: ssl.SSLContext | None = None) -> None:
         self.port = free_port()
         self.websocket = websocket
+        self._ssl = ssl_context  # serve https/wss with it
         self.creates: list[str] = []  # every response.create text received, in order
         self.posts: list[bytes] = []  # every POST /v1/responses body, in order
         self.handshakes: list[dict[str, str]] = []  # headers of each upgrade (or refused upgrade)
@@ -123,7 +125,7 @@ class WsProvider:
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1/responses"
+        return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}/v1/responses"
 
     @property
     def proxied_url(self) -> str:
@@ -161,7 +163,7 @@ class WsProvider:
         app.router.add_post("/{prefix:.*}v1/responses", self._post)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self._ssl).start()
 
     def _next(self, turn: int) -> list[str | float]:
         with self._lock:
