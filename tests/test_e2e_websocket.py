@@ -469,7 +469,9 @@ async def test_the_backup_answers_over_http_sse_when_it_refuses_the_upgrade(
             await ws.send_str(create("next", previous_response_id="resp_http"))
             got_later = await receive_turn(ws)
             await assert_nothing_more(ws)
+            primary_ended = upstream.ended  # while the client is still connected
     assert got == good and got_later == later
+    assert primary_ended == 1  # the primary's socket was closed once the turns went elsewhere
     assert upstream.creates == [real]
     assert [json.loads(body) for body in plain.posts] == [
         {"model": "gpt-4o", "input": "hello", "metadata": {"k": "v"}, "stream": True},

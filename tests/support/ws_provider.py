@@ -113,6 +113,7 @@ class WsProvider:
         self.handshakes: list[dict[str, str]] = []  # headers of each upgrade (or refused upgrade)
         self.post_headers: list[dict[str, str]] = []
         self.connections = 0
+        self.ended = 0  # connections that have ended (either side closed)
         self._scripts: deque[list[str | float]] = deque()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -145,6 +146,7 @@ class WsProvider:
             self.handshakes.clear()
             self.post_headers.clear()
             self.connections = 0
+            self.ended = 0
 
     def start(self) -> "WsProvider":
         self._thread.start()
@@ -221,4 +223,6 @@ class WsProvider:
                     await ws.ping(b"keepalive")
                 else:
                     await ws.send_str(item)
+        with self._lock:
+            self.ended += 1
         return ws

@@ -182,7 +182,7 @@ class TurnLoop(AttemptLoop):
         attempt = _Try(upstream, tries, has_next, record)
         settings = self.settings
         try:
-            link, fresh = await self.session.link(upstream, request)
+            link = await self.session.link(upstream, request)
         except Refused as refused:
             if refused.status in NOT_A_WEBSOCKET and upstream.websocket is None:
                 self.exchange.attempts.remove(record)  # not an attempt of the turn: the upstream speaks HTTP
@@ -205,7 +205,7 @@ class TurnLoop(AttemptLoop):
             return self._fail(attempt, transport_failure(exc))
         record.phase = "staging"
         inbox = self.session.receive()
-        link.send_text(self.session.message_for(self.turn, link, fresh))
+        link.send_text(self.session.message_for(self.turn, link))
         return await self._messages(inbox, link, attempt)
 
     async def _http_attempt(self, upstream: Upstream, tries: int, has_next: bool) -> _Failed | None:

@@ -201,6 +201,8 @@ class WebSocketSession:
         names = [u.name for u in self.route.upstreams]
         if answered in names:
             self._current = names.index(answered)
+            if self._link is not None and self._link_upstream != answered:
+                self.drop(self._link)  # the connection's turns go elsewhere now (another upstream, or HTTP)
         if turn.output:
             self._had_output = True
         elif turn.response_id is not None and exchange.outcome == "committed":
@@ -235,11 +237,11 @@ class WebSocketSession:
         observe.emit(logging.INFO, "switchyard.websocket_refused", route=self.route.name, upstream=upstream.name,
                      status=status, transport=TRANSPORT, note="asked over HTTP from now on")
 
-    async def link(self, upstream: Upstream, request: UpstreamRequest) -> tuple[UpstreamSocket, bool]:
-        """The connection's socket to `upstream`, opened if need be; and whether it is new."""
+    async def link(self, upstream: Upstream, request: UpstreamRequest) -> UpstreamSocket:
+        """The connection's socket to `upstream`, opened if need be."""
         link = self._link
         if link is not None and link.open and self._link_upstream == upstream.name:
-            return link, False
+            return link
         if link is not None:
             self.drop(link)
         settings = self.route.settings
@@ -247,7 +249,7 @@ class WebSocketSession:
                                  handshake_timeout_s=settings.headers_timeout_s or None)
         self._link, self._link_upstream = link, upstream.name
         link.listen(self._from_upstream_of(link))
-        return link, True
+        return link
 
     def drop(self, link: UpstreamSocket) -> None:
         """Close a socket whose messages must reach nobody from now on."""
@@ -262,7 +264,7 @@ class WebSocketSession:
         self._turn_inbox = asyncio.Queue()
         return self._turn_inbox
 
-    def message_for(self, turn: Turn, link: UpstreamSocket, fresh: bool) -> str:
+    def message_for(self, turn: Turn, link: UpstreamSocket) -> str:
         """The turn as this socket should get it: as the client sent it, or with the
         warm-ups that live on other connections folded in."""
         elsewhere = {rid: body for rid, (body, on) in self._carried.items() if on is not link}
