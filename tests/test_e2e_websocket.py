@@ -469,9 +469,7 @@ async def test_the_backup_answers_over_http_sse_when_it_refuses_the_upgrade(
             await ws.send_str(create("next", previous_response_id="resp_http"))
             got_later = await receive_turn(ws)
             await assert_nothing_more(ws)
-            primary_ended = upstream.ended  # while the client is still connected
     assert got == good and got_later == later
-    assert primary_ended == 1  # the primary's socket was closed once the turns went elsewhere
     assert upstream.creates == [real]
     assert [json.loads(body) for body in plain.posts] == [
         {"model": "gpt-4o", "input": "hello", "metadata": {"k": "v"}, "stream": True},
@@ -491,7 +489,13 @@ async def test_an_upstream_with_websocket_false_is_asked_over_http_only(
         async with session.ws_connect(url_of(upstream, "httponly"), proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(create("hello"))
             got = await receive_turn(ws)
+            for _ in range(100):  # bounded: until the primary sees its socket end
+                if upstream.ended:
+                    break
+                await asyncio.sleep(0.02)
+            primary_ended = upstream.ended  # while the client is still connected
     assert got == good
+    assert primary_ended == 1  # the primary's socket was closed once the turns went to HTTP
     assert backup.handshakes == [] and len(backup.posts) == 1
 
 
