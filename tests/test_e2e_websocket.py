@@ -348,6 +348,29 @@ async def test_openai_sdk_responses_connect_sees_one_clean_turn(upstream: WsProv
     assert len(upstream.creates) == 2 and upstream.creates[0] == upstream.creates[1]
 
 
+@pytest.mark.parametrize("over", ["websocket", "http-sse"])
+async def test_openai_sdk_gets_the_backups_answer_as_one_clean_turn(upstream: WsProvider, backup: WsProvider,
+                                                                   plain: WsProvider, ws_mitm: Mitmdump,
+                                                                   over: str) -> None:
+    other, prefix = (backup, "fallback") if over == "websocket" else (plain, "tohttp")
+    upstream.script(failed_turn("resp_f1"), failed_turn("resp_f2"))
+    good = answer_turn("resp_sdk_backup", "Hello from the backup")
+    other.script(good)
+    client = openai.AsyncOpenAI(api_key="sk-test-ws", base_url=f"http://127.0.0.1:{upstream.port}/{prefix}/v1")
+    types: list[str] = []
+    text = ""
+    async with (asyncio.timeout(20),
+                client.responses.connect(websocket_connection_options={"proxy": ws_mitm.proxy_url}) as connection):
+        await connection.response.create(model="gpt-4o", input="say hello")
+        async for server_event in connection:
+            types.append(server_event.type)
+            if server_event.type == "response.output_text.delta":
+                text += server_event.delta
+            if server_event.type in TERMINAL:
+                break
+    assert types == [json.loads(message)["type"] for message in good]
+    assert text == "Hello from the backup"
+    assert len(other.creates if over == "websocket" else other.posts) == 1
 
 
 async def test_first_output_timeout_retries_the_first_turn_on_a_fresh_connection(upstream: WsProvider,

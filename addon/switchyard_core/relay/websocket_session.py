@@ -39,8 +39,10 @@ from .websocket_server import UNSENDABLE_CLOSE, ClientSocket
 if TYPE_CHECKING:
     from .connection import RelayConnection
 
+# the handshake's own headers, and what a turn's POST sets itself (the openai SDK's handshake
+# carries a Content-Type: kept, the POST would have two)
 _HANDSHAKE_ONLY = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
-                             "sec-websocket-protocol", "upgrade", "connection"})
+                             "sec-websocket-protocol", "upgrade", "connection", "content-type", "content-length"})
 
 
 def _header(headers: tuple[tuple[str, str], ...], name: str) -> str:
