@@ -1,136 +1,106 @@
-"""The real Codex CLI (installed from npm) through a real mitmdump in reverse mode.
+"""Codex CLI (`codex exec`, installed from npm) on its HTTP SSE provider, through a real
+mitmdump with Switchyard, and straight at the fake provider to show what changes.
 
-Codex's built-in OpenAI provider, pointed at Switchyard with
-`-c openai_base_url=...`, speaks the Responses API over one WebSocket: a
-`generate: false` warm-up, then the real turn naming it.  The loopback
-upstreams (tests/support/ws_provider.py) fail that real turn on demand.
+Codex ends a turn with exit status 1 and "Selected model is at capacity" when the
+Responses stream says `response.failed` with `server_is_overloaded`: it does not
+retry that itself.  Switchyard retries it before any output, then falls back.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
+from tests.support import wire
+from tests.support.client_bed import ClientBed, client_bed, bed  # noqa: F401  (fixtures)
 from tests.support.agents import agent_binary
-from tests.support.mitm import Mitmdump, start_mitmdump
-from tests.support.ws_provider import WsProvider, failed_turn, full_answer_turn, warm_up_turn
+from tests.support.fake_provider import failing_reply
 
-RULES = """\
-version: 1
-defaults: {{retries: 1, backoff_ms: 1}}
-routes:
-  - name: codex
-    match: {{path: /v1/responses}}
-    upstreams:
-      - {{name: primary, url: original}}
-      - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
+API_KEY = "sk-codex-test-key"
+CAPACITY = "Selected model is at capacity"
+
+
+def codex_config(base_url: str) -> str:
+    """The README's recipe: a custom provider speaking the Responses API over HTTP SSE."""
+    return f"""\
+model_provider = "switchyard"
+
+[model_providers.switchyard]
+name = "Switchyard"
+base_url = "{base_url}"
+env_key = "OPENAI_API_KEY"
+wire_api = "responses"
 """
 
 
-@pytest.fixture
-def primary() -> Iterator[WsProvider]:
-    provider = WsProvider().start()
-    yield provider
-    provider.stop()
+def run_codex(bed: ClientBed, base_url: str, name: str, env: dict[str, str] | None = None,
+              ) -> subprocess.CompletedProcess[str]:
+    home = bed.workdir / name
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(codex_config(base_url))
+    return bed.run([agent_binary("codex"), "exec", "--skip-git-repo-check", "Say hello"],
+                   {"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": API_KEY, **(env or {})}, home)
 
 
-@pytest.fixture(params=[True, False], ids=["backup-websocket", "backup-http-sse"])
-def backup(request: pytest.FixtureRequest) -> Iterator[WsProvider]:
-    provider = WsProvider(websocket=request.param).start()
-    yield provider
-    provider.stop()
+def capacity_failure() -> object:
+    return failing_reply("response_failed", "openai-responses")
 
 
-def switchyard(tmp_path: Path, primary: WsProvider, backup_url: str, *, bare: bool = False) -> Mitmdump:
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES.format(backup=backup_url))
-    return start_mitmdump(rules, tmp_path / "mitmdump.log", reverse_target=f"http://127.0.0.1:{primary.port}",
-                          bare=bare)
+def answered(done: subprocess.CompletedProcess[str], upstream: str) -> None:
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert wire.answer_text(upstream) in done.stdout
 
 
-def codex(tmp_path: Path, dump: Mitmdump, prompt: str) -> subprocess.CompletedProcess[str]:
-    home = tmp_path / "codex-home"  # its own: every run writes there
-    home.mkdir(exist_ok=True)
-    env = {**os.environ, "CODEX_HOME": str(home), "OPENAI_API_KEY": "sk-codex-key"}
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        env.pop(name, None)
-    return subprocess.run(
-        [str(agent_binary("codex")), "exec", "--skip-git-repo-check", "-c", f"openai_base_url={dump.reverse_url}/v1",
-         prompt],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, stdin=subprocess.DEVNULL, check=False)
+def test_codex_answers_through_switchyard(bed: ClientBed) -> None:
+    done = run_codex(bed, bed.through_switchyard() + "/v1", "happy")
+    answered(done, "primary")
+    [call] = bed.api_posts("primary")
+    assert call.headers["Authorization"] == f"Bearer {API_KEY}"
+    assert call.headers["Accept"] == "text/event-stream"
+    assert not bed.api_posts("backup")
 
 
-def test_without_switchyard_codex_fails_on_an_overloaded_real_turn(tmp_path: Path, primary: WsProvider) -> None:
-    """The baseline the next test fixes: plain mitmdump relays the failure, and Codex gives up."""
-    primary.script(warm_up_turn("resp_warm"), failed_turn("resp_fail"), failed_turn("resp_fail2"),
-                   *[failed_turn(f"resp_more{n}") for n in range(8)])
-    dump = switchyard(tmp_path, primary, "http://127.0.0.1:9/v1/responses", bare=True)
-    try:
-        run = codex(tmp_path, dump, "say hi")
-    finally:
-        dump.stop()
-    assert run.returncode != 0
-    assert "capacity" in (run.stdout + run.stderr).lower()
+def test_a_capacity_failure_before_output_is_retried_on_the_same_upstream(bed: ClientBed) -> None:
+    bed.provider.script("primary", capacity_failure())
+    mark = bed.mitm.log_mark()
+    done = run_codex(bed, bed.through_switchyard() + "/v1", "retry")
+    answered(done, "primary")
+    assert CAPACITY not in done.stdout + done.stderr
+    assert len(bed.api_posts("primary")) == 2 and not bed.api_posts("backup")
+    assert bed.client_requests(mark, "/v1/responses") == 1  # Codex asked once: the retry was Switchyard's
+    log = bed.mitm.wait_for_log("switchyard.retry_answered", mark)
+    assert ("route=reverse-responses upstream=primary attempt=1 phase=staging code=server_is_overloaded "
+            "event=response.failed decision=retry") in log
 
 
-def test_codex_real_turn_overloaded_before_output_is_retried_on_the_same_connection(
-        tmp_path: Path, primary: WsProvider) -> None:
-    primary.script(warm_up_turn("resp_warm"), failed_turn("resp_fail"),
-                   full_answer_turn("resp_ok", "CODEX-ANSWER-TEXT"))
-    dump = switchyard(tmp_path, primary, "http://127.0.0.1:9/v1/responses")
-    try:
-        mark = dump.log_mark()
-        run = codex(tmp_path, dump, "say hi")
-        log = dump.wait_for_log("switchyard.retry_answered", mark)
-    finally:
-        dump.stop()
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.strip() == "CODEX-ANSWER-TEXT"
-    assert "Reconnecting" not in run.stderr
-    warm_up, real, again = (json.loads(text) for text in primary.creates)
-    assert warm_up["generate"] is False and real["previous_response_id"] == "resp_warm"
-    assert primary.creates[1] == primary.creates[2]  # re-sent exactly
-    assert primary.connections == 1  # on the same connection, where the warm-up lives
-    line = next(line for line in log.splitlines() if "switchyard.attempt_failed" in line)
-    for part in ("code=server_is_overloaded", "decision=retry", "transport=websocket", "turn=2"):
-        assert part in line, line
+def test_a_persistent_capacity_failure_falls_back_to_the_backup(bed: ClientBed) -> None:
+    bed.provider.script("primary", capacity_failure(), capacity_failure(), capacity_failure())
+    mark = bed.mitm.log_mark()
+    done = run_codex(bed, bed.through_switchyard() + "/v1", "fallback")
+    answered(done, "backup")
+    assert len(bed.api_posts("primary")) == 2 and len(bed.api_posts("backup")) == 1
+    assert "switchyard.fallback_answered route=reverse-responses upstream=backup attempt=3" in bed.mitm.wait_for_log(
+        "switchyard.fallback_answered", mark)
+    # the backup is another origin: it never got the client's key
+    assert "Authorization" not in bed.api_posts("backup")[0].headers
 
 
-def test_codex_gets_the_backups_answer_when_the_primary_keeps_failing(
-        tmp_path: Path, primary: WsProvider, backup: WsProvider) -> None:
-    """Over WebSocket where the backup speaks it, else over HTTP SSE; the warm-up, which
-    lives on the primary's connection only, is folded into the turn the backup gets."""
-    primary.script(warm_up_turn("resp_warm"), failed_turn("resp_f1"), failed_turn("resp_f2"))
-    backup.script(full_answer_turn("resp_backup", "ANSWER-FROM-BACKUP"))
-    dump = switchyard(tmp_path, primary, backup.http_url)
-    try:
-        mark = dump.log_mark()
-        run = codex(tmp_path, dump, "say hi")
-        log = dump.wait_for_log("switchyard.fallback_answered", mark)
-    finally:
-        dump.stop()
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.strip() == "ANSWER-FROM-BACKUP"
-    assert "Reconnecting" not in run.stderr
-    assert len(primary.creates) == 3
-    real = json.loads(primary.creates[1])
-    if backup.websocket:
-        assert len(backup.creates) == 1 and backup.posts == []
-        sent = json.loads(backup.creates[0])
-        assert sent["type"] == "response.create"
-        headers = backup.handshakes[0]
-    else:
-        assert backup.creates == [] and len(backup.posts) == 1
-        sent = json.loads(backup.posts[0])
-        assert "type" not in sent and sent["stream"] is True
-        headers = backup.post_headers[0]
-    assert "previous_response_id" not in sent and "generate" not in sent
-    assert sent["input"] == real["input"]  # the warm-up's input was empty
-    assert sent["model"] == real["model"]
-    assert headers["Authorization"] == "Bearer sk-backup-key"
-    assert "upstream=backup" in log and "transport=websocket" in log
+def test_without_switchyard_the_same_failure_ends_codex_with_an_error(bed: ClientBed) -> None:
+    bed.provider.script("primary", capacity_failure())
+    done = run_codex(bed, bed.straight() + "/v1", "direct")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert CAPACITY in done.stdout + done.stderr
+    assert wire.answer_text("primary") not in done.stdout
+    assert len(bed.api_posts("primary")) == 1  # Codex did not try again
+
+
+def test_codex_honours_https_proxy_with_its_http_provider(bed: ClientBed) -> None:
+    """Proxy mode: the provider's real base URL, HTTPS_PROXY, and mitmproxy's CA in SSL_CERT_FILE."""
+    bed.provider.script("primary", capacity_failure())
+    mark = bed.mitm.log_mark()
+    done = run_codex(bed, "https://api.openai.com/v1", "proxy",
+                     {"HTTPS_PROXY": bed.mitm.proxy_url, "SSL_CERT_FILE": str(bed.ca_file)})
+    answered(done, "primary")
+    assert len(bed.api_posts("primary")) == 2
+    bed.mitm.wait_for_log("switchyard.retry_answered route=proxy-responses upstream=primary attempt=2", mark)
