@@ -236,6 +236,20 @@ def hold_answer_frames(upstream: str, tokens: int) -> tuple[list[bytes], list[by
     return [frames[0], *lifecycle_frames(upstream)], frames[1:]
 
 
+WS_PATH = "/ws/v1/responses"
+
+
+def ws_turn_messages(rid: str, tokens: int) -> list[str]:
+    """One Responses turn over WebSocket: created, `tokens` text deltas, completed."""
+    response = {"id": rid, "object": "response", "status": "in_progress", "output": []}
+    where = {"item_id": f"msg_{rid}", "output_index": 0, "content_index": 0}
+    deltas = [json.dumps({"type": "response.output_text.delta", "sequence_number": i + 1, **where,
+                          "delta": f"tok{i} "}) for i in range(tokens)]
+    return [json.dumps({"type": "response.created", "sequence_number": 0, "response": response}), *deltas,
+            json.dumps({"type": "response.completed", "sequence_number": tokens + 1,
+                        "response": {**response, "status": "completed"}})]
+
+
 def raise_nofile_limit() -> tuple[int, int]:
     """Raise the soft RLIMIT_NOFILE to the hard limit; return (soft, hard) afterwards."""
     import resource
@@ -367,8 +381,26 @@ async def _serve(tokens: int, gap_s: float, max_lifetime_s: float) -> None:
         await response.write_eof()
         return response
 
+    async def ws_handle(request: web.Request) -> web.WebSocketResponse:
+        """Responses over WebSocket: each response.create is answered with `tokens` deltas, paced."""
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        turn = 0
+        async for msg in ws:
+            if msg.type is not web.WSMsgType.TEXT:
+                continue
+            turn += 1
+            messages = ws_turn_messages(f"resp_bench{turn}", tokens)
+            await ws.send_str(messages[0])
+            for message in messages[1:-1]:
+                await asyncio.sleep(gap_s)
+                await ws.send_str(message)
+            await ws.send_str(messages[-1])
+        return ws
+
     app = web.Application()
     app.router.add_route("GET", "/bench/hold-status/{group}", hold_status)
+    app.router.add_route("GET", WS_PATH, ws_handle)
     app.router.add_route("*", "/{tail:.*}", handle)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, handle_signals=False)
     await runner.setup()
@@ -527,6 +559,11 @@ routes:
       - name: backup
         url: http://127.0.0.1:{backup_port}/backup/v1/chat/completions
         auth: {{header: Authorization, value: "Bearer {backup_key}"}}
+  - name: bench-responses-websocket
+    match: {{host: 127.0.0.1, path: /ws/v1/responses}}
+    api: openai-responses
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
 """
 
 # --------------------------------------------------------------------------------------
@@ -1149,6 +1186,99 @@ async def staging_phase(args: argparse.Namespace, ports: list[int], path: str, p
     return entry
 
 
+async def websocket_phase(args: argparse.Namespace, ports: list[int],
+                          proxies: dict[str, tuple[int | None, str | None]], progress: Any) -> dict[str, Any]:
+    """Responses over one WebSocket per path and round: `--ws-turns` turns of
+    `--tokens` deltas each, the paths interleaved.  Per turn: time to the first
+    delta and to `response.completed`; per path: proxy CPU per message."""
+    import aiohttp
+
+    url = f"http://127.0.0.1:{ports[0]}{WS_PATH}"
+    expected = [json.loads(m)["type"] for m in ws_turn_messages("x", args.tokens)]
+    out: dict[str, Any] = {p: {"ttft": [], "ttlb": [], "cpu_s": 0.0, "messages": 0, "errors": []} for p in PATHS}
+
+    async def turn(ws: Any) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        await ws.send_str(json.dumps({"type": "response.create", "model": "bench", "input": "hi"}))
+        first = None
+        types = []
+        while True:
+            msg = await ws.receive(timeout=60)
+            if msg.type is not aiohttp.WSMsgType.TEXT:
+                raise RuntimeError(f"WebSocket ended mid-turn: {msg.type}")
+            kind = json.loads(msg.data)["type"]
+            types.append(kind)
+            if first is None and kind == "response.output_text.delta":
+                first = time.perf_counter() - t0
+            if kind == "response.completed":
+                break
+        if types != expected:
+            raise RuntimeError(f"turn arrived altered: {len(types)} messages, wanted {len(expected)}")
+        assert first is not None
+        return first, time.perf_counter() - t0
+
+    async with aiohttp.ClientSession(trust_env=False) as session:
+        for round_no in range(args.rounds):
+            shift = round_no % len(PATHS)
+            for path in PATHS[shift:] + PATHS[:shift]:
+                pid, proxy = proxies[path]
+                entry = out[path]
+                try:
+                    async with session.ws_connect(url, proxy=proxy, autoping=True) as ws:
+                        await turn(ws)  # untimed: opens the relay's and the upstream's connections
+                        cpu_before = cpu_seconds(pid)
+                        for _ in range(args.ws_turns):
+                            ttft, ttlb = await turn(ws)
+                            entry["ttft"].append(ttft)
+                            entry["ttlb"].append(ttlb)
+                        if pid is not None:
+                            entry["cpu_s"] += cpu_seconds(pid) - cpu_before
+                        entry["messages"] += args.ws_turns * len(expected)
+                except (RuntimeError, OSError, TimeoutError, aiohttp.ClientError) as exc:
+                    entry["errors"].append(f"{type(exc).__name__}: {exc}"[:300])
+                progress(f"websocket round {round_no + 1}/{args.rounds} {path:<10} {args.ws_turns} turns"
+                         + (f"  FAILED: {entry['errors'][-1]}" if entry["errors"] else ""))
+    summary: dict[str, Any] = {"turns": args.ws_turns * args.rounds, "messages_per_turn": len(expected)}
+    for path in PATHS:
+        entry = out[path]
+        summary[path] = {
+            "ttft_median_s": median(entry["ttft"]), "ttlb_median_s": median(entry["ttlb"]),
+            "cpu_us_per_message": (entry["cpu_s"] / entry["messages"] * 1e6
+                                   if entry["messages"] and proxies[path][0] else None),
+            "errors": entry["errors"],
+        }
+    sw, plain = summary["switchyard"], summary["plain"]
+    if sw["cpu_us_per_message"] and plain["cpu_us_per_message"]:
+        summary["cpu_ratio"] = sw["cpu_us_per_message"] / plain["cpu_us_per_message"]
+    if sw["ttft_median_s"] is not None and plain["ttft_median_s"] is not None:
+        summary["added_ttft_ms"] = (sw["ttft_median_s"] - plain["ttft_median_s"]) * 1000
+        summary["added_ttlb_ms"] = (sw["ttlb_median_s"] - plain["ttlb_median_s"]) * 1000
+    return summary
+
+
+def websocket_report(ws: dict[str, Any]) -> str:
+    lines = [
+        (f"### Responses over WebSocket: {ws['turns']} turns per path of {ws['messages_per_turn']} messages, "
+         "one connection per path and round"),
+        "",
+        "| path | first delta, median (ms) | turn, median (ms) | proxy CPU per message (µs) |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for path in PATHS:
+        e = ws[path]
+        ms = [None if e[k] is None else e[k] * 1000 for k in ("ttft_median_s", "ttlb_median_s")]
+        lines.append(f"| {PATH_LABEL[path]} | {_fmt(ms[0])} | {_fmt(ms[1])} | {_fmt(e['cpu_us_per_message'], 1)} |")
+    if "cpu_ratio" in ws:
+        lines.append("")
+        lines.append(f"WebSocket: switchyard / plain mitmdump CPU per message **{ws['cpu_ratio']:.2f}x**; added "
+                     f"latency to the first delta {ws.get('added_ttft_ms', 0):+.2f} ms, to the turn's end "
+                     f"{ws.get('added_ttlb_ms', 0):+.2f} ms (medians).")
+    for path in PATHS:
+        if ws[path]["errors"]:
+            lines.append(f"{PATH_LABEL[path]} WebSocket errors: " + json.dumps(ws[path]["errors"][:5]))
+    return "\n".join(lines)
+
+
 def staging_verdict(staging: dict[str, Any]) -> dict[str, Any]:
     plain, sw = staging.get("plain"), staging.get("switchyard")
     if not plain or not sw:
@@ -1382,6 +1512,9 @@ async def run(args: argparse.Namespace, ports: list[int], proxies: dict[str, tup
                             + (f"  FAILED {bad}" if bad else "")
                         )
         extra: dict[str, Any] = {"idle_rss_mb_after_warmup": idle_rss}
+        if args.ws_turns:
+            progress(f"websocket: {args.ws_turns} Responses turns per path and round over one WebSocket each")
+            extra["websocket"] = await websocket_phase(args, ports, proxies, progress)
         if args.staging_streams:
             await bench.close()
             staging: dict[str, Any] = {}
@@ -1422,6 +1555,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--staging-hold-s", type=float, default=3.0, metavar="S",
                         help=f"how long the N streams are held once all reached the upstream (default 3, at most "
                              f"{STAGING_HOLD_MAX_S:g})")
+    parser.add_argument("--ws-turns", type=int, default=None, metavar="N",
+                        help="Responses turns over WebSocket per path and round (each --tokens deltas, --gap-ms "
+                             "apart); 0 skips (default 20, with --quick 3)")
     parser.add_argument("--switchyard-set", action="append", default=[], metavar="OPTION=VALUE",
                         help="a mitmproxy option for the Switchyard proxy only (repeatable), e.g. "
                              "switchyard_direct_relay=false to measure the relay's answers through its socket")
@@ -1434,6 +1570,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.streams = min(args.streams, 5)
         args.fallback_streams = min(args.fallback_streams, 3)
         args.waves = 1
+    if args.ws_turns is None:
+        args.ws_turns = 3 if args.quick else 20
+    if args.ws_turns < 0:
+        parser.error("--ws-turns must not be negative")
     if args.staging_streams is None:
         args.staging_streams = 200 if args.quick else 1000
     if args.staging_streams < 0:
@@ -1539,6 +1679,9 @@ def main(argv: list[str]) -> int:
         print()
         print(report(summary, args.concurrency))
         print()
+        if "websocket" in extra:
+            print(websocket_report(extra["websocket"]))
+            print()
         if "staging" in extra:
             print(staging_report(extra["staging"]))
             print()
@@ -1569,6 +1712,7 @@ def main(argv: list[str]) -> int:
             args.json.write_text(json.dumps(payload, indent=1))
             print(f"Raw numbers: {args.json}")
         staging_failed = any(extra.get("staging", {}).get(p, {}).get("error_count") for p in ("plain", "switchyard"))
+        staging_failed = staging_failed or any(extra.get("websocket", {}).get(p, {}).get("errors") for p in PATHS)
         return 1 if staging_failed or any(v["failed"] for v in summary.values()) else 0
     except KeyboardInterrupt:
         print("\ninterrupted; stopping processes", file=sys.stderr)

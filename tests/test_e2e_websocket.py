@@ -1,4 +1,4 @@
-"""The Responses API over WebSocket through a real mitmdump.
+"""The Responses API over WebSocket through a real mitmdump, terminated in Switchyard.
 
 A loopback WebSocket upstream (tests/support/ws_provider.py) speaks the
 protocol and fails on demand; a plain aiohttp WebSocket client and the openai
@@ -11,22 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import openai
 import pytest
 from mitmproxy import io
 
-from tests.support.mitm import Mitmdump, start_mitmdump
+from tests.support.mitm import Mitmdump, free_port, start_mitmdump
+from tests.support.tls import make_tls_files, server_context
 from tests.support.ws_provider import (
+    CLOSE,
+    PING,
     WsProvider,
     answer_turn,
     event,
     failed,
+    failed_turn,
     overload_error,
     overload_turn,
+    warm_up_turn,
 )
 
 WS_RULES = """\
@@ -36,21 +43,35 @@ defaults:
   backoff_ms: 1
   max_backoff_ms: 300
 routes:
+  - name: responses-ws-small
+    match: {{path: /small/v1/responses}}
+    staging_limit: 2KB
+    upstreams:
+      - {{name: small, url: original}}
   - name: responses-ws-slow
-    match: {path: /slow/v1/responses}
+    match: {{path: /slow/v1/responses}}
     first_output_timeout_s: 1.0
     upstreams:
-      - {name: slow, url: original}
-  - name: responses-ws-patient
-    match: {path: /patient/v1/responses}
-    backoff_ms: 1500
-    max_backoff_ms: 4000
+      - {{name: slow, url: original}}
+  - name: responses-ws-fallback
+    match: {{path: /fallback/v1/responses}}
     upstreams:
-      - {name: patient, url: original}
+      - {{name: primary, url: original}}
+      - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
+  - name: responses-ws-to-http
+    match: {{path: /tohttp/v1/responses}}
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
+      - {{name: plain, url: "{plain}", auth: {{header: Authorization, value: "Bearer sk-plain-key"}}}}
+  - name: responses-ws-http-only
+    match: {{path: /httponly/v1/responses}}
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
+      - {{name: backup, url: "{backup}", websocket: false}}
   - name: responses-ws
-    match: {path: /v1/responses}
+    match: {{path: /v1/responses}}
     upstreams:
-      - {name: primary, url: original}
+      - {{name: primary, url: original}}
 """
 
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
@@ -64,11 +85,31 @@ def ws_provider() -> Iterator[WsProvider]:
 
 
 @pytest.fixture(scope="module")
-def ws_mitm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mitmdump]:
+def backup_provider() -> Iterator[WsProvider]:
+    provider = WsProvider().start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(scope="module")
+def plain_provider() -> Iterator[WsProvider]:
+    provider = WsProvider(websocket=False).start()  # refuses the upgrade with 404: speaks HTTP SSE only
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(scope="module")
+def saved_flows(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mitm-ws-flows") / "flows"
+
+
+@pytest.fixture(scope="module")
+def ws_mitm(tmp_path_factory: pytest.TempPathFactory, backup_provider: WsProvider, plain_provider: WsProvider,
+            saved_flows: Path) -> Iterator[Mitmdump]:
     workdir = tmp_path_factory.mktemp("mitm-ws")
     rules = workdir / "rules.yaml"
-    rules.write_text(WS_RULES)
-    dump = start_mitmdump(rules, workdir / "mitmdump.log")
+    rules.write_text(WS_RULES.format(backup=backup_provider.http_url, plain=plain_provider.http_url))
+    dump = start_mitmdump(rules, workdir / "mitmdump.log", extra_args=["-w", str(saved_flows)])
     yield dump
     dump.stop()
 
@@ -78,6 +119,24 @@ def upstream(ws_provider: WsProvider) -> Iterator[WsProvider]:
     ws_provider.reset()
     yield ws_provider
     ws_provider.reset()
+
+
+@pytest.fixture
+def backup(backup_provider: WsProvider) -> Iterator[WsProvider]:
+    backup_provider.reset()
+    yield backup_provider
+    backup_provider.reset()
+
+
+@pytest.fixture
+def plain(plain_provider: WsProvider) -> Iterator[WsProvider]:
+    plain_provider.reset()
+    yield plain_provider
+    plain_provider.reset()
+
+
+def url_of(provider: WsProvider, prefix: str) -> str:
+    return provider.proxied_url.replace("/v1/responses", f"/{prefix}/v1/responses")
 
 
 def create(text: str, **extra: object) -> str:
@@ -109,9 +168,10 @@ async def assert_nothing_more(ws: aiohttp.ClientWebSocketResponse, wait: float =
         raise AssertionError(f"unexpected message after the turn: {msg}")
 
 
-async def test_first_turn_overload_before_output_is_retried_once(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+async def test_first_turn_failed_before_output_is_retried_on_the_same_connection(upstream: WsProvider,
+                                                                               ws_mitm: Mitmdump) -> None:
     good = answer_turn("resp_2")
-    upstream.script(overload_turn("resp_1"), good)
+    upstream.script(failed_turn("resp_1"), good)
     mark = ws_mitm.log_mark()
     request = create("hello PRIVATE-PROMPT")
     async with aiohttp.ClientSession() as session:
@@ -123,16 +183,65 @@ async def test_first_turn_overload_before_output_is_retried_once(upstream: WsPro
     assert upstream.creates == [request, request]  # the exact create, sent again on the same connection
     assert upstream.connections == 1
     log = ws_mitm.wait_for_log("switchyard.retry_answered", mark)
-    assert "switchyard.websocket_tracked route=responses-ws upstream=primary transport=websocket" in log
     failed_lines = [line for line in log.splitlines() if "switchyard.attempt_failed" in line]
     assert len(failed_lines) == 1
     line = failed_lines[0]
-    for part in ("route=responses-ws", "upstream=primary", "transport=websocket", "turn=1", "attempt=1",
-                 "code=server_is_overloaded", "event=error", "decision=retry", "delay_s="):
+    for part in ("route=responses-ws", "upstream=primary", "attempt=1", "code=server_is_overloaded",
+                 "event=response.failed", "decision=retry", "delay_s=", "transport=websocket", "turn=1"):
         assert part in line, line
-    assert "switchyard.retry_answered route=responses-ws upstream=primary transport=websocket turn=1 attempt=2" in log
+    assert "switchyard.retry_answered route=responses-ws upstream=primary attempt=2" in log
     assert "PRIVATE-PROMPT" not in log
     assert "failover_suppressed" not in log
+
+
+async def test_an_error_in_the_middle_of_a_response_retries_on_a_fresh_connection(upstream: WsProvider,
+                                                                                ws_mitm: Mitmdump) -> None:
+    """After an `error` the failed response may go on (here its response.failed comes
+    late): its connection is closed, so nothing of it can reach the retry."""
+    failing = overload_turn("resp_A")  # created, error, response.failed
+    good = answer_turn("resp_B")
+    upstream.script([failing[0], failing[1], 0.1, failing[2]], good)
+    request = create("x")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(request)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good
+    assert upstream.creates == [request, request]
+    assert upstream.connections == 2
+
+
+async def test_a_retry_that_reuses_the_failed_attempts_response_id_still_answers(upstream: WsProvider,
+                                                                               ws_mitm: Mitmdump) -> None:
+    """A server that gives the retried turn the same response id as the failed attempt:
+    the retry's messages are its answer, never dropped as the failed attempt's."""
+    good = answer_turn("resp_same")
+    upstream.script(failed_turn("resp_same"), good)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("same id"))
+            got = await receive_turn(ws)
+    assert got == good
+
+
+async def test_a_warm_up_does_not_make_the_real_turn_later(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    """Codex's shape: a `generate: false` warm-up, then the real turn naming it, which
+    fails before output: the real turn is re-sent, on the same connection."""
+    warm, good = warm_up_turn("resp_warm"), answer_turn("resp_real")
+    upstream.script(warm, failed_turn("resp_fail"), good)
+    first = create("prewarm", generate=False)
+    second = create("", previous_response_id="resp_warm")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(first)
+            assert await receive_turn(ws) == warm
+            await ws.send_str(second)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good
+    assert upstream.creates == [first, second, second]
+    assert upstream.connections == 1
 
 
 async def test_failure_after_output_is_forwarded_rewritten_not_retried(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
@@ -140,19 +249,25 @@ async def test_failure_after_output_is_forwarded_rewritten_not_retried(upstream:
     upstream.script(turn)
     mark = ws_mitm.log_mark()
     request = create("after output")
+    next_turn = answer_turn("resp_next")
+    upstream.script(next_turn)
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(request)
             got = await receive_turn(ws)
+            # the `error` ended the turn: the next one is answered at once, not after idle_timeout_s
+            await ws.send_str(create("next", previous_response_id="resp_out"))
+            got_next = await receive_turn(ws)
             await assert_nothing_more(ws)
     assert got == turn[:5] + [rewritten(turn[5]), rewritten(turn[6])]
     assert '"server_error"' in got[5] and "server_is_overloaded" not in got[5] + got[6]
-    assert upstream.creates == [request]
+    assert got_next == next_turn
+    assert len(upstream.creates) == 2 and upstream.creates[0] == request
     log = ws_mitm.wait_for_log("switchyard.failover_suppressed_after_semantic_output", mark)
     suppressed = [line for line in log.splitlines() if "failover_suppressed_after_semantic_output" in line]
-    assert len(suppressed) == 2  # the error and the response.failed
+    assert len(suppressed) == 1  # the error, which ended the turn (what followed passed, rewritten)
     assert all("transport=websocket" in line and "after=output" in line and "turn=1" in line for line in suppressed)
-    assert "event=error" in suppressed[0] and "event=response.failed" in suppressed[1]
+    assert "event=error" in suppressed[0]
     assert "switchyard.attempt_failed" not in log
 
 
@@ -177,7 +292,7 @@ async def test_failing_second_turn_is_forwarded_not_resent(upstream: WsProvider,
     failed_lines = [line for line in log.splitlines() if "switchyard.attempt_failed" in line]
     assert len(failed_lines) == 1 and "turn=2" in failed_lines[0] and "transport=websocket" in failed_lines[0]
     suppressed = [line for line in log.splitlines() if "failover_suppressed_after_semantic_output" in line]
-    assert len(suppressed) == 2
+    assert len(suppressed) == 1
     assert all("transport=websocket" in line and "turn=2" in line and "after=later_turn" in line for line in suppressed)
 
 
@@ -233,187 +348,361 @@ async def test_openai_sdk_responses_connect_sees_one_clean_turn(upstream: WsProv
     assert len(upstream.creates) == 2 and upstream.creates[0] == upstream.creates[1]
 
 
-async def test_first_output_timeout_is_reported_in_band_and_not_retried(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
-    """A silent response cannot be stopped on its connection, and its late messages could
-    not be told from a re-sent turn's: Switchyard reports the timeout and drops the rest."""
-    late = answer_turn("resp_stall")
-    upstream.script(late[:1] + [1.5] + late[1:])  # response.created, silence past the 1 s bound, then the answer
+@pytest.mark.parametrize("over", ["websocket", "http-sse"])
+async def test_openai_sdk_gets_the_backups_answer_as_one_clean_turn(upstream: WsProvider, backup: WsProvider,
+                                                                   plain: WsProvider, ws_mitm: Mitmdump,
+                                                                   over: str) -> None:
+    other, prefix = (backup, "fallback") if over == "websocket" else (plain, "tohttp")
+    upstream.script(failed_turn("resp_f1"), failed_turn("resp_f2"))
+    good = answer_turn("resp_sdk_backup", "Hello from the backup")
+    other.script(good)
+    client = openai.AsyncOpenAI(api_key="sk-test-ws", base_url=f"http://127.0.0.1:{upstream.port}/{prefix}/v1")
+    types: list[str] = []
+    text = ""
+    async with (asyncio.timeout(20),
+                client.responses.connect(websocket_connection_options={"proxy": ws_mitm.proxy_url}) as connection):
+        await connection.response.create(model="gpt-4o", input="say hello")
+        async for server_event in connection:
+            types.append(server_event.type)
+            if server_event.type == "response.output_text.delta":
+                text += server_event.delta
+            if server_event.type in TERMINAL:
+                break
+    assert types == [json.loads(message)["type"] for message in good]
+    assert text == "Hello from the backup"
+    assert len(other.creates if over == "websocket" else other.posts) == 1
+
+
+async def test_first_output_timeout_retries_the_first_turn_on_a_fresh_connection(upstream: WsProvider,
+                                                                               ws_mitm: Mitmdump) -> None:
+    """A silent response cannot be stopped on its connection: that connection is closed
+    (its late answer reaches nobody), and the turn is re-sent on a new one."""
+    late = answer_turn("resp_stall", text="STALE ANSWER")
+    fresh = answer_turn("resp_fresh", text="FRESH ANSWER")
+    upstream.script(late[:1] + [1.5] + late[1:], fresh)
     mark = ws_mitm.log_mark()
     request = create("slow one")
-    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
+        async with session.ws_connect(url_of(upstream, "slow"), proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(request)
-            got = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
-            await assert_nothing_more(ws, wait=1.5)  # the late answer is dropped
-    assert got[0] == late[0]  # what was held, then the in-band error
-    error = json.loads(got[1])
-    assert (error["type"], error["code"], error["error"]["code"]) == ("error", "upstream_timeout", "upstream_timeout")
-    assert upstream.creates == [request]  # not re-sent
-    log = ws_mitm.wait_for_log("switchyard.attempt_failed", mark)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws, wait=1.5)  # the stale answer never comes
+    assert got == fresh
+    assert upstream.creates == [request, request]
+    assert upstream.connections == 2
+    log = ws_mitm.wait_for_log("switchyard.retry_answered", mark)
     line = next(line for line in log.splitlines() if "switchyard.attempt_failed" in line)
-    for part in ("route=responses-ws-slow", "transport=websocket", "status=504", "event=timeout", "decision=give_up"):
+    for part in ("route=responses-ws-slow", "status=504", "event=timeout", "decision=retry", "turn=1"):
         assert part in line, line
 
 
-async def test_late_messages_of_a_failed_attempt_never_reach_the_client(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
-    """The failed attempt's response.failed arrives after the turn was re-sent: it is
-    recognised by its response id and dropped, not counted against the retry."""
-    failed_attempt = overload_turn("resp_A")  # created, error, response.failed
-    good = answer_turn("resp_B")
-    upstream.script([failed_attempt[0], failed_attempt[1], 0.1, failed_attempt[2]], good)
+async def test_first_output_timeout_fires_on_a_silent_second_turn(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    """A later turn is never re-sent, but it is still bounded: the client gets an
+    in-band `upstream_timeout` error instead of waiting forever, and nothing of the
+    silent response afterwards."""
+    first = answer_turn("resp_one")
+    late = answer_turn("resp_stall", text="STALE ANSWER")
+    upstream.script(first, late[:1] + [1.5] + late[1:])
     mark = ws_mitm.log_mark()
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "slow"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("one"))
+            assert await receive_turn(ws) == first
+            await ws.send_str(create("two", previous_response_id="resp_one"))
+            got = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
+            await assert_nothing_more(ws, wait=1.5)
+    assert got[0] == late[0]  # a later turn's messages pass as they come
+    error = json.loads(got[1])
+    assert (error["type"], error["code"], error["error"]["code"]) == ("error", "upstream_timeout", "upstream_timeout")
+    assert len(upstream.creates) == 2  # never re-sent
+    log = ws_mitm.wait_for_log("decision=not_resent", mark)
+    line = next(line for line in log.splitlines() if "switchyard.attempt_failed" in line)
+    for part in ("status=504", "event=timeout", "turn=2", "transport=websocket"):
+        assert part in line, line
+
+
+async def test_an_upstream_close_right_after_a_turn_reaches_the_client_after_every_message(
+        upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    good = answer_turn("resp_close")
+    upstream.script([*good, CLOSE])
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("x"))
-            got = await receive_turn(ws)
-            await assert_nothing_more(ws)
-    assert got == good
-    log = ws_mitm.wait_for_log("switchyard.retry_answered", mark)
-    assert [line.split("decision=")[1].split()[0] for line in log.splitlines() if "attempt_failed" in line] == ["retry"]
+            await ws.send_str(create("then close"))
+            got = [(await ws.receive(timeout=10)) for _ in good]
+            closing = await ws.receive(timeout=10)
+    assert [m.data for m in got] == good
+    assert closing.type is aiohttp.WSMsgType.CLOSE and closing.data == 1000
 
 
-@pytest.mark.parametrize("late", [False, True], ids=["failed-at-once", "failed-after-the-next-turn-began"])
-async def test_a_new_turn_during_the_backoff_gets_the_first_turns_failure_and_nothing_else_of_it(
-        upstream: WsProvider, ws_mitm: Mitmdump, late: bool) -> None:
-    """The client starts turn 2 during turn 1's backoff: it first gets the failure it
-    would have had.  Turn 1's `response.failed`, even when it comes after turn 2 began,
-    is told by its id as the failed attempt's, never turn 2's result."""
-    failing = overload_turn("resp_A")  # created, error, response.failed
-    good = answer_turn("resp_B")
-    upstream.script([failing[0], failing[1], 0.6, failing[2]] if late else failing, good)
-    url = upstream.proxied_url.replace("/v1/responses", "/patient/v1/responses")
+async def test_the_backup_answers_over_websocket_and_keeps_the_connection(
+        upstream: WsProvider, backup: WsProvider, ws_mitm: Mitmdump, saved_flows: Path) -> None:
+    """The primary fails the real turn twice (its budget): the backup gets it, with the
+    warm-up folded in (the warm-up lives on the primary's connection only) and its own
+    key, never the client's; the client sees one clean turn, and its next turn goes to
+    the backup."""
+    warm = warm_up_turn("resp_warm")
+    upstream.script(warm, failed_turn("resp_f1"), failed_turn("resp_f2"))
+    good, later = answer_turn("resp_backup", "From the backup"), answer_turn("resp_next", "Still the backup")
+    backup.script(good, later)
     mark = ws_mitm.log_mark()
+    prewarm = create("", generate=False, instructions="be brief", input=[{"role": "user", "content": "PROMPT"}])
+    real = json.dumps({"type": "response.create", "model": "gpt-4o", "previous_response_id": "resp_warm",
+                       "input": [{"role": "user", "content": "more"}]})
+    third = create("next", previous_response_id="resp_backup")
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("one"))
-            # turn 1 failed; its retry waits on a 1.5 s backoff
-            await asyncio.to_thread(ws_mitm.wait_for_log, "decision=retry", mark)
-            await ws.send_str(create("two"))
-            first = (await ws.receive(timeout=10)).data
+        async with session.ws_connect(url_of(upstream, "fallback"), proxy=ws_mitm.proxy_url,
+                                      headers={"Authorization": "Bearer sk-client-key"}) as ws:
+            await ws.send_str(prewarm)
+            assert await receive_turn(ws) == warm
+            await ws.send_str(real)
             got = await receive_turn(ws)
-            await assert_nothing_more(ws, wait=2.0)  # the abandoned retry is never sent
-    assert first == failing[1]  # the failure the client would have had, not silence
+            await ws.send_str(third)
+            got_later = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good and got_later == later
+    assert upstream.creates == [prewarm, real, real]
+    assert len(backup.creates) == 2
+    assert json.loads(backup.creates[0]) == {
+        "type": "response.create", "model": "gpt-4o", "instructions": "be brief",
+        "input": [{"role": "user", "content": "PROMPT"}, {"role": "user", "content": "more"}]}
+    assert backup.creates[1] == third  # on the backup's connection, as the client sent it
+    assert backup.connections == 1
+    assert upstream.handshakes[0]["Authorization"] == "Bearer sk-client-key"  # its own origin
+    assert [h["Authorization"] for h in backup.handshakes] == ["Bearer sk-backup-key"]
+    log = ws_mitm.wait_for_log("switchyard.fallback_answered", mark)
+    assert "switchyard.fallback_answered route=responses-ws-fallback upstream=backup attempt=3" in log
+    assert "sk-client-key" not in log and "sk-backup-key" not in log
+
+
+async def test_the_backup_answers_over_http_sse_when_it_refuses_the_upgrade(
+        upstream: WsProvider, plain: WsProvider, ws_mitm: Mitmdump) -> None:
+    """`websocket: auto` (the default): the backup answers the upgrade with 404, so the
+    turn is POSTed to it, streamed; its SSE events reach the client as messages, and the
+    next turn goes there too."""
+    upstream.script(failed_turn("resp_f1"))
+    good, later = answer_turn("resp_http", "Over HTTP"), answer_turn("resp_http2", "Again over HTTP")
+    plain.script(good, later)
+    mark = ws_mitm.log_mark()
+    real = create("hello", metadata={"k": "v"})
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "tohttp"), proxy=ws_mitm.proxy_url,
+                                      headers={"Authorization": "Bearer sk-client-key"}) as ws:
+            await ws.send_str(real)
+            got = await receive_turn(ws)
+            await ws.send_str(create("next", previous_response_id="resp_http"))
+            got_later = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good and got_later == later
+    assert upstream.creates == [real]
+    assert [json.loads(body) for body in plain.posts] == [
+        {"model": "gpt-4o", "input": "hello", "metadata": {"k": "v"}, "stream": True},
+        {"model": "gpt-4o", "input": "next", "previous_response_id": "resp_http", "stream": True}]
+    assert len(plain.handshakes) == 1  # asked once; HTTP from then on
+    assert all(h["Authorization"] == "Bearer sk-plain-key" for h in [*plain.handshakes, *plain.post_headers])
+    log = ws_mitm.wait_for_log("switchyard.fallback_answered", mark)
+    assert "switchyard.websocket_refused route=responses-ws-to-http upstream=plain status=404" in log
+
+
+async def test_an_upstream_with_websocket_false_is_asked_over_http_only(
+        upstream: WsProvider, backup: WsProvider, ws_mitm: Mitmdump) -> None:
+    upstream.script(failed_turn("resp_f1"))
+    good = answer_turn("resp_http", "Over HTTP")
+    backup.script(good)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "httponly"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("hello"))
+            got = await receive_turn(ws)
+            for _ in range(100):  # bounded: until the primary sees its socket end
+                if upstream.ended:
+                    break
+                await asyncio.sleep(0.02)
+            primary_ended = upstream.ended  # while the client is still connected
     assert got == good
-    assert upstream.creates == [create("one"), create("two")]
+    assert primary_ended == 1  # the primary's socket was closed once the turns went to HTTP
+    assert backup.handshakes == [] and len(backup.posts) == 1
 
 
-async def test_a_timed_out_responses_late_answer_never_becomes_the_next_turns(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
-    """The client retries at once after the in-band timeout; the silent response then
-    wakes up and finishes: all of it is dropped, and turn 2 gets its own answer."""
-    late = answer_turn("resp_stall", text="STALE ANSWER")
-    fresh = answer_turn("resp_two", text="FRESH ANSWER")
-    upstream.script(late[:1] + [1.5] + late[1:], fresh)
-    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("slow one"))
-            first = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
-            await ws.send_str(create("again"))  # the client's own retry, right after the timeout
-            second = await receive_turn(ws)
-            await assert_nothing_more(ws)
-    assert json.loads(first[1])["code"] == "upstream_timeout"
-    assert second == fresh
-
-
-async def test_the_next_turns_own_error_is_not_drained_with_a_timed_out_response(upstream: WsProvider,
-                                                                                 ws_mitm: Mitmdump) -> None:
-    """An `error` names no response: it may be the next turn's (a create rejected at
-    once), so it reaches the client even while a timed-out response is drained."""
-    late = answer_turn("resp_stall")
-    rejected = event("error", status=429, error={"type": "rate_limit_error", "code": "rate_limit_exceeded",
-                                                 "message": "Rate limit reached"})
-    upstream.script([late[0], 1.2, overload_error(1)], [rejected])  # silent, then dies with a bare error
-    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("slow one"))
-            first = [(await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data]
-            await asyncio.sleep(1.5)  # the silent response dies meanwhile (at 1.2 s)
-            await ws.send_str(create("again"))
-            second = (await ws.receive(timeout=5)).data
-    assert json.loads(first[1])["code"] == "upstream_timeout"
-    assert json.loads(second)["error"]["code"] == "rate_limit_exceeded"
-
-
-async def test_a_response_that_timed_out_before_naming_itself_is_still_drained(upstream: WsProvider,
-                                                                             ws_mitm: Mitmdump) -> None:
-    """Silent from the start: when it wakes before the client's next turn, the first
-    response it names can only be the silent one's, and all of it is dropped, also
-    what comes once the next turn has begun."""
-    late = answer_turn("resp_stall", text="STALE ANSWER")
-    fresh = answer_turn("resp_two", text="FRESH ANSWER")
-    upstream.script([1.2, *late[:2], 1.5, *late[2:]], fresh)  # wakes at 1.2 s, goes on at 2.7 s
-    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("slow one"))
-            timeout_error = (await ws.receive(timeout=10)).data  # at 1 s
-            await asyncio.sleep(1.0)  # it wakes and names itself meanwhile (at 1.2 s)
-            await ws.send_str(create("again"))
-            second = await receive_turn(ws)
-            await assert_nothing_more(ws)
-    assert json.loads(timeout_error)["code"] == "upstream_timeout"
-    assert second == fresh
-
-
-async def test_a_failed_attempts_straggler_does_not_stop_the_draining_of_a_silent_retry(upstream: WsProvider,
-                                                                                       ws_mitm: Mitmdump) -> None:
-    """The first attempt failed (retried); the retry named itself, then went silent
-    (timed out). A late message of the first attempt is neither the silent response
-    nor a new one: the silent one goes on being dropped, and turn 2 gets its own."""
-    first_attempt = overload_turn("resp_A")  # created, error, response.failed
-    retry = answer_turn("resp_B", text="LATE ANSWER")
-    fresh = answer_turn("resp_two", text="FRESH ANSWER")
-    upstream.script(first_attempt[:2], [retry[0], 1.2, first_attempt[2], 0.3, *retry[1:]], fresh)
-    url = upstream.proxied_url.replace("/v1/responses", "/slow/v1/responses")
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, proxy=ws_mitm.proxy_url) as ws:
-            await ws.send_str(create("slow one"))
-            held, timeout_error = (await ws.receive(timeout=10)).data, (await ws.receive(timeout=10)).data
-            await ws.send_str(create("again"))
-            second = await receive_turn(ws)
-            await assert_nothing_more(ws)
-    assert held == retry[0]  # what was held of the retry, then the timeout
-    assert json.loads(timeout_error)["code"] == "upstream_timeout"
-    assert second == fresh
-
-
-async def test_a_route_led_by_another_upstream_keeps_the_websocket_and_says_so(upstream: WsProvider,
-                                                                             tmp_path: Path) -> None:
-    """A WebSocket is not re-aimed: its turns go where the client connected, and the
-    log and the flow's story name that server, not the route's first upstream."""
+async def test_the_flow_tells_which_upstream_each_turn_went_to_and_why(upstream: WsProvider, backup: WsProvider,
+                                                                      tmp_path: Path) -> None:
     rules = tmp_path / "rules.yaml"
-    rules.write_text("""\
-version: 1
-defaults: {retries: 1, backoff_ms: 1}
-routes:
-  - name: responses-ws-gateway
-    match: {path: /v1/responses}
-    upstreams:
-      - {name: gateway, url: "http://127.0.0.1:9/v1/responses", retries: 0}
-""")
+    rules.write_text(WS_RULES.format(backup=backup.http_url, plain=backup.http_url))
     saved = tmp_path / "flows"
     dump = start_mitmdump(rules, tmp_path / "mitmdump.log", extra_args=["-w", str(saved)])
-    turns = [create("one"), create("two"), create("three")]
-    upstream.script(overload_turn("resp_1"), answer_turn("resp_2"), answer_turn("resp_3"), answer_turn("resp_4"))
+    upstream.script(warm_up_turn("resp_warm"), failed_turn("resp_f1"), failed_turn("resp_f2"))
+    backup.script(answer_turn("resp_b1"), answer_turn("resp_b2"))
     try:
         mark = dump.log_mark()
         async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(upstream.proxied_url, proxy=dump.proxy_url) as ws:
-                answers = []
-                for turn in turns:
+            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url) as ws:
+                for turn in (create("", generate=False), create("real", previous_response_id="resp_warm"),
+                             create("next", previous_response_id="resp_b1")):
                     await ws.send_str(turn)
-                    answers.append(await receive_turn(ws))
-        assert answers == [answer_turn("resp_2"), answer_turn("resp_3"), answer_turn("resp_4")]
-        assert upstream.creates == [turns[0], *turns]  # the original server, turn 1 twice (the route's retries)
-        log = dump.wait_for_log("switchyard.retry_answered", mark)
-        assert "switchyard.websocket_stays_with_original route=responses-ws-gateway upstream=gateway" in log
-        assert "switchyard.attempt_failed route=responses-ws-gateway upstream=original" in log
+                    await receive_turn(ws)
+        log = dump.wait_for_log("switchyard.websocket_closed", mark)
     finally:
         dump.stop()
+    assert ("switchyard.websocket_closed route=responses-ws-fallback transport=websocket turns=3 upstream=backup "
+            "failed_attempts=2") in log
     with saved.open("rb") as file:
         story = next(flow.metadata["switchyard"] for flow in io.FlowReader(file).stream() if flow.websocket)
-    assert story["upstream"] == "original"
-    assert [[a["outcome"] for a in turn["attempts"]] for turn in story["turns"]] == [
-        ["retry", "committed"], ["passed_through"], ["passed_through"]]
+    turns = story["turns"]
+    assert [(t["upstream"], t["transport"], t["outcome"], t["resendable"]) for t in turns] == [
+        ("primary", "websocket", "committed", True), ("backup", "websocket", "committed", True),
+        ("backup", "websocket", "committed", False)]
+    assert [[(a["upstream"], a["outcome"]) for a in t["attempts"]] for t in turns] == [
+        [("primary", "committed")], [("primary", "retry"), ("primary", "next_upstream"), ("backup", "committed")],
+        [("backup", "passed_through")]]
+    assert turns[0]["warm_up"] is True
+    assert "never re-sent" in turns[2]["why"]
+    assert turns[1]["attempts"][0]["code"] == "server_is_overloaded"
+    assert turns[1]["why"] == "primary failed before output (server_is_overloaded): backup answered"
+    with saved.open("rb") as file:
+        flow = next(flow for flow in io.FlowReader(file).stream() if flow.websocket)
+    assert flow.comment == "turn 2: primary failed before output (server_is_overloaded): backup answered"
+
+
+async def test_mitmweb_shows_each_failed_attempt_and_status_counts_websocket_turns(
+        upstream: WsProvider, backup: WsProvider, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(WS_RULES.format(backup=backup.http_url, plain=backup.http_url))
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", web=True,
+                          extra_args=["--set", "web_open_browser=false", "--set", f"web_port={free_port()}"])
+    upstream.script(failed_turn("resp_f1"), answer_turn("resp_ok"), failed_turn("resp_f2"), failed_turn("resp_f3"))
+    backup.script(answer_turn("resp_b"))
+    try:
+        base, _, token = dump.web_url.partition("?")
+        xsrf = "0123456789abcdef0123456789abcdef"
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+        def call(method: str, path: str, data: object = None) -> Any:
+            request = urllib.request.Request(
+                f"{base.rstrip('/')}{path}?{token}", method=method,
+                data=None if data is None else json.dumps(data).encode(),
+                headers={"X-XSRFToken": xsrf, "Cookie": f"_mitmproxy_xsrf={xsrf}", "Content-Type": "application/json"})
+            with opener.open(request, timeout=10) as answer:
+                return json.loads(answer.read())
+
+        mark = dump.log_mark()
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url,
+                                          headers={"Authorization": "Bearer sk-client-key"}) as ws:
+                await ws.send_str(create("one"))
+                await receive_turn(ws)  # answered on retry
+            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url) as ws:
+                await ws.send_str(create("two"))
+                await receive_turn(ws)  # the backup answered
+        await asyncio.to_thread(dump.wait_for_log, "switchyard.websocket_closed", mark, 10.0, 2)
+        status = (await asyncio.to_thread(call, "POST", "/commands/switchyard.status", {"arguments": []}))["value"]
+        flows = await asyncio.to_thread(call, "GET", "/flows")
+    finally:
+        dump.stop()
+    assert "websocket: connections=2, turns=2, retries_answered=1, fallbacks=1, suppressed_failovers=0" in status
+    attempts = [f for f in flows if f.get("comment", "").startswith("attempt ")]
+    assert sorted(f["comment"].split(": ", 1)[1].split(" → ")[1].split(";")[0] for f in attempts) == [
+        "next_upstream", "retry", "retry"]
+    shown = json.dumps(attempts)
+    assert "sk-client-key" not in shown and "[redacted]" in shown
+
+
+async def test_a_warm_up_bound_for_http_is_answered_by_switchyard_and_folded_into_the_turn(
+        upstream: WsProvider, backup: WsProvider, ws_mitm: Mitmdump) -> None:
+    """The primary fails the warm-up itself; the next upstream speaks HTTP only, where a
+    warm-up would generate a whole answer: Switchyard answers it without output, and
+    the real turn reaches the backup with the warm-up's request folded in."""
+    upstream.script(failed_turn("resp_f1"))
+    good = answer_turn("resp_http", "Over HTTP")
+    backup.script(good)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "httponly"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("", generate=False, instructions="be brief", input=[]))
+            warm = await receive_turn(ws)
+            rid = json.loads(warm[0])["response"]["id"]
+            await ws.send_str(create("the question", previous_response_id=rid))
+            got = await receive_turn(ws)
+    assert [json.loads(m)["type"] for m in warm] == ["response.created", "response.completed"]
+    assert json.loads(warm[1])["response"]["output"] == []
+    assert got == good
+    assert [json.loads(body) for body in backup.posts] == [
+        {"model": "gpt-4o", "instructions": "be brief", "input": [{"role": "user", "content": "the question"}],
+         "stream": True}]
+
+
+async def test_a_client_message_with_no_upstream_connection_is_answered_with_an_error(
+        upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(json.dumps({"type": "response.cancel"}))
+            error = json.loads((await ws.receive(timeout=10)).data)
+    assert (error["type"], error["code"]) == ("error", "no_upstream_connection")
+    assert upstream.creates == []
+
+
+async def test_a_later_turn_over_http_is_forwarded_with_capacity_codes_rewritten_never_resent(
+        upstream: WsProvider, plain: WsProvider, ws_mitm: Mitmdump) -> None:
+    upstream.script(failed_turn("resp_f1"))
+    first, failing = answer_turn("resp_http", "Over HTTP"), overload_turn("resp_http2")
+    plain.script(first, failing)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "tohttp"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("hello"))
+            assert await receive_turn(ws) == first
+            await ws.send_str(create("next", previous_response_id="resp_http"))
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == [rewritten(message) for message in failing]
+    assert len(plain.posts) == 2  # the failing later turn was not sent again
+
+
+async def test_pings_never_count_as_output(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    good = answer_turn("resp_after_ping")
+    upstream.script([PING, *failed_turn("resp_pinged"), PING], [PING, *good])
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url, autoping=True) as ws:
+            await ws.ping()
+            await ws.send_str(create("ping me"))
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == good  # the failed attempt was re-sent: a ping before it committed nothing
+    assert len(upstream.creates) == 2
+
+
+async def test_held_messages_past_the_staging_limit_commit_and_pass(upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    """More than `staging_limit` held: the turn commits (it may no longer be re-sent),
+    so a failure after it is forwarded, rewritten, never re-sent."""
+    big = {"id": "resp_big", "object": "response", "status": "in_progress", "output": [], "instructions": "x" * 3000}
+    turn = [event("response.created", sequence_number=0, response=big), *overload_turn("resp_big")[1:]]
+    upstream.script(turn)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url_of(upstream, "small"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("big"))
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got == [turn[0], rewritten(turn[1]), rewritten(turn[2])]
+    assert len(upstream.creates) == 1
+
+
+async def test_a_backup_on_https_is_asked_over_wss_verified_like_any_upstream(upstream: WsProvider,
+                                                                             tmp_path: Path) -> None:
+    """An upstream's url is its HTTP URL; its WebSocket is that URL upgraded (https→wss),
+    with TLS verified as for HTTP (here: the test CA given to mitmproxy)."""
+    ca, cert, key = make_tls_files(tmp_path)
+    secure = WsProvider(ssl_context=server_context(cert, key)).start()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(WS_RULES.format(backup=secure.http_url, plain=secure.http_url))
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", extra_args=["--set", f"ssl_verify_upstream_trusted_ca={ca}"])
+    try:
+        upstream.script(failed_turn("resp_f1"), failed_turn("resp_f2"))
+        good = answer_turn("resp_tls", "Over wss")
+        secure.script(good)
+        mark = dump.log_mark()
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url) as ws:
+                await ws.send_str(create("secure"))
+                got = await receive_turn(ws)
+        log = dump.wait_for_log("switchyard.fallback_answered", mark)
+    finally:
+        dump.stop()
+        secure.stop()
+    assert got == good
+    assert secure.connections == 1 and secure.posts == []  # over the WebSocket, not HTTP
+    assert "upstream=backup" in log

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from switchyard_core.gate import Gate
 from switchyard_core.apis import APIS, FrameKind
+from switchyard_core.sse import SseEvent
 from tests.support import wire
 
 LIMIT = 8 * 1024 * 1024
@@ -302,3 +305,38 @@ def test_any_json_in_any_frame_never_raises(api: str, frames: list[tuple[str | N
     assert failures or out  # something was decided: emitted, or a failure before output
     for _, obj in frames:
         APIS[api].body_error(obj)
+
+
+def _message(gate: Gate, obj: dict) -> object:
+    raw = json.dumps(obj).encode()
+    return gate.feed_message(raw, SseEvent(data=raw.decode()))
+
+
+def test_messages_are_held_until_output_then_released_one_by_one() -> None:
+    g = gate("openai-responses")
+    created = {"type": "response.created", "response": {"id": "r"}}
+    delta = {"type": "response.output_text.delta", "delta": "Hi"}
+    held = _message(g, created)
+    assert held.frames == [] and not held.committed
+    step = _message(g, delta)
+    assert step.committed and step.first_event == "response.output_text.delta"
+    assert step.frames == [json.dumps(created).encode(), json.dumps(delta).encode()]
+
+
+def test_a_message_failure_before_output_leaves_everything_held() -> None:
+    g = gate("openai-responses")
+    _message(g, {"type": "response.created", "response": {"id": "r"}})
+    failed = {"type": "response.failed", "response": {"id": "r", "error": {"code": "server_is_overloaded"}}}
+    step = _message(g, failed)
+    assert step.failure is not None and step.failure.error.code == "server_is_overloaded"
+    assert step.frames == []
+    assert [json.loads(m)["type"] for m in g.held_frames()] == ["response.created", "response.failed"]
+
+
+def test_a_capacity_failure_message_after_output_is_rewritten() -> None:
+    g = gate("openai-responses")
+    _message(g, {"type": "response.output_text.delta", "delta": "Hi"})
+    step = _message(g, {"type": "error", "error": {"type": "server_error", "code": "server_is_overloaded"}})
+    assert len(step.failures_after_output) == 1
+    assert step.frames is not None and b"server_is_overloaded" not in step.frames[0]
+    assert b'"server_error"' in step.frames[0]

@@ -65,6 +65,19 @@ def test_upstream_retries_override_the_route(tmp_path: Path) -> None:
     assert rules.routes[0].upstreams[0].retries == 0
 
 
+@pytest.mark.parametrize("written,value", [(None, None), ("auto", None), ("true", True), ("false", False)])
+def test_an_upstream_says_whether_it_speaks_websocket(tmp_path: Path, written: str | None, value: bool | None) -> None:
+    extra = f"\n        websocket: {written}" if written else ""
+    rules = load_rules(write(tmp_path, MINIMAL.replace("url: original", "url: original" + extra)))
+    assert rules.routes[0].upstreams[0].websocket is value
+
+
+@pytest.mark.parametrize("written", ["1", "sometimes", "\"true\""])
+def test_websocket_takes_auto_true_or_false_only(tmp_path: Path, written: str) -> None:
+    message = error_of(tmp_path, MINIMAL.replace("url: original", f"url: original\n        websocket: {written}"))
+    assert "websocket" in message
+
+
 @pytest.mark.parametrize("path,api", [("/v1/chat/completions", "openai-chat"), ("/v1/responses", "openai-responses"), ("/v1/messages", "anthropic-messages")])
 def test_api_is_inferred_from_the_path(tmp_path: Path, path: str, api: str) -> None:
     rules = load_rules(write(tmp_path, MINIMAL.replace("/v1/chat/completions", path)))

@@ -58,7 +58,7 @@ class FlowAddress(NamedTuple):
     method: bytes
 
 
-AttemptOutcome = Literal["pending", "committed", "fatal", "continued", "continuation_failed",
+AttemptOutcome = Literal["pending", "committed", "passed_through", "not_resent", "fatal", "continued", "continuation_failed",
                          "continuation_broke"] | PlanAction
 """How an attempt ended: still going, its output reached the client (committed), or
 what its failure led to (fatal, or the plan after it: retry, next_upstream, give_up).
@@ -145,6 +145,11 @@ class AttemptRecord:
         self.phase = "output"
         self._finish("committed")
 
+    def passed_through(self) -> None:
+        """A later WebSocket turn's answer, forwarded as it came: never held, never re-sent."""
+        self.phase = "output"
+        self._finish("passed_through")
+
     def cut(self, message: str) -> None:
         """Its output was cut: what the story says was continued, if a continuation follows."""
         self.message = message
@@ -203,4 +208,6 @@ class Exchange:
     # if they can be found (then the answer goes to mitmproxy in-process: relay/direct_line.py)
     mitmproxy_streams: "Callable[[], tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] | None" = None
     upstream_proxy: str | None = None  # the upstream-mode proxy the flow's listener sends through, if any
+    websocket: bool = False  # a WebSocket handshake: the relay terminates it (relay/websocket/)
+    story: dict[str, Any] | None = None  # a WebSocket's story, shown live in the flow's metadata
 

@@ -39,6 +39,7 @@ class GateStep:
     failure: Classification | None = None  # a failure before output: discard the attempt
     failures_after_output: tuple[Classification, ...] = ()
     first_event: str | None = None  # the frame that committed, for logs
+    frames: list[bytes] | None = None  # `emit` frame by frame, for messages (`feed_message`)
 
 
 class Gate:
@@ -78,6 +79,20 @@ class Gate:
         if step.failure is None and self._staged_size + self._splitter.pending > self._limit:
             self._overflow(step)
         return step
+
+    def feed_message(self, raw: bytes, event: SseEvent) -> GateStep:
+        """One WebSocket message: a whole frame already, whose `event` says what it
+        is.  What may go to the client is `step.frames`, one message each."""
+        if self._passthrough:
+            return GateStep(emit=raw, frames=[raw])
+        out: list[bytes] = []
+        step = self._frames([Frame(raw, event)], out=out)
+        step.frames = out
+        return step
+
+    def held_frames(self) -> list[bytes]:
+        """`held()` frame by frame (messages)."""
+        return [*self._staged, *self._failed_frames]
 
     def passes(self, chunk: bytes) -> bool:
         """After commit, whether a read is whole frames of plain answer content that
@@ -127,11 +142,12 @@ class Gate:
         self._splitter.drain()
         return held
 
-    def _frames(self, frames: list[Frame], *, may_commit: bool = True) -> GateStep:
+    def _frames(self, frames: list[Frame], *, may_commit: bool = True, out: list[bytes] | None = None) -> GateStep:
         step = GateStep()
         if not frames:
             return step
-        out: list[bytes] = []
+        if out is None:
+            out = []
         for index, frame in enumerate(frames):
             if self.committed:
                 out.append(self._after_output(frame, step))

@@ -31,9 +31,9 @@ class Frame:
 
     __slots__ = ("raw", "_event")
 
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes, event: "SseEvent | None" = None) -> None:
         self.raw = raw
-        self._event: SseEvent | None = None
+        self._event = event  # given where the bytes are not SSE (a WebSocket message)
 
     @property
     def event(self) -> "SseEvent":

@@ -1,14 +1,19 @@
-"""A loopback WebSocket server that speaks the Responses API over WebSocket and fails on demand.
+"""A loopback server that speaks the Responses API over WebSocket and over HTTP SSE, and fails on demand.
 
-Each client `response.create` takes the next scripted turn (a list of message
-texts, sent back to back; a number in it is a pause in seconds) from the queue the test filled; with none left it
-answers a normal turn.  Every `response.create` received is recorded exactly.
+Each client `response.create` (a WebSocket message) or `POST /v1/responses`
+takes the next scripted turn (a list of message texts, sent back to back; a
+number in it is a pause in seconds; `CLOSE` closes the WebSocket there, `PING` pings) from the
+queue the test filled; with none left it answers a normal turn.  Over HTTP the
+same texts go as SSE events.  Every `response.create` received is recorded
+exactly, every POST body too, with the headers of each handshake and POST.
+`websocket=False` makes it refuse upgrades with 404, as an HTTP-only upstream does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 from collections import deque
 
@@ -40,6 +45,30 @@ def answer_turn(rid: str, text: str = "Hello there") -> list[str]:
     ]
 
 
+def full_answer_turn(rid: str, text: str) -> list[str]:
+    """A turn as OpenAI streams it, item and part `done` events and the finished
+    response included (what Codex renders its answer from)."""
+    response = {"id": rid, "object": "response", "status": "in_progress", "output": []}
+    item_id = f"msg_{rid}"
+    part = {"type": "output_text", "text": text, "annotations": []}
+    item = {"id": item_id, "type": "message", "role": "assistant", "status": "completed", "content": [part]}
+    usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
+             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}
+    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
+    return [
+        event("response.created", sequence_number=0, response=response),
+        event("response.output_item.added", sequence_number=1, output_index=0,
+              item={**item, "status": "in_progress", "content": []}),
+        event("response.content_part.added", sequence_number=2, **where, part={**part, "text": ""}),
+        event("response.output_text.delta", sequence_number=3, **where, delta=text),
+        event("response.output_text.done", sequence_number=4, **where, text=text),
+        event("response.content_part.done", sequence_number=5, **where, part=part),
+        event("response.output_item.done", sequence_number=6, output_index=0, item=item),
+        event("response.completed", sequence_number=7,
+              response={**response, "status": "completed", "output": [item], "usage": usage}),
+    ]
+
+
 def overload_error(seq: int, code: str = "server_is_overloaded") -> str:
     return event("error", sequence_number=seq,
                  error={"type": "server_error", "code": code, "message": "Our servers are currently overloaded."})
@@ -57,11 +86,34 @@ def overload_turn(rid: str) -> list[str]:
     return [event("response.created", sequence_number=0, response=response), overload_error(1), failed(rid, 2)]
 
 
+def failed_turn(rid: str, code: str = "server_is_overloaded") -> list[str]:
+    """Fails before any output the way Codex's provider does: created, then response.failed."""
+    response = {"id": rid, "object": "response", "status": "in_progress", "output": []}
+    return [event("response.created", sequence_number=0, response=response), failed(rid, 1, code)]
+
+
+def warm_up_turn(rid: str) -> list[str]:
+    """The answer to a `generate: false` create: a response with no output."""
+    response = {"id": rid, "object": "response", "status": "in_progress", "output": []}
+    return [event("response.created", sequence_number=0, response=response),
+            event("response.completed", sequence_number=1, response={**response, "status": "completed"})]
+
+
+CLOSE = "CLOSE"  # in a script: the server closes the WebSocket (code 1000) there
+PING = "PING"  # in a script: the server sends a ping there
+
+
 class WsProvider:
-    def __init__(self) -> None:
+    def __init__(self, websocket: bool = True, ssl_context: ssl.SSLContext | None = None) -> None:
         self.port = free_port()
+        self.websocket = websocket
+        self._ssl = ssl_context  # serve https/wss with it
         self.creates: list[str] = []  # every response.create text received, in order
+        self.posts: list[bytes] = []  # every POST /v1/responses body, in order
+        self.handshakes: list[dict[str, str]] = []  # headers of each upgrade (or refused upgrade)
+        self.post_headers: list[dict[str, str]] = []
         self.connections = 0
+        self.ended = 0  # connections that have ended (either side closed)
         self._scripts: deque[list[str | float]] = deque()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -71,6 +123,10 @@ class WsProvider:
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/v1/responses"
+
+    @property
+    def http_url(self) -> str:
+        return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}/v1/responses"
 
     @property
     def proxied_url(self) -> str:
@@ -86,7 +142,11 @@ class WsProvider:
         with self._lock:
             self._scripts.clear()
             self.creates.clear()
+            self.posts.clear()
+            self.handshakes.clear()
+            self.post_headers.clear()
             self.connections = 0
+            self.ended = 0
 
     def start(self) -> "WsProvider":
         self._thread.start()
@@ -101,14 +161,41 @@ class WsProvider:
 
     async def _start(self) -> None:
         app = web.Application()
-        app.router.add_get("/v1/responses", self._handle)
-        app.router.add_get("/slow/v1/responses", self._handle)
-        app.router.add_get("/patient/v1/responses", self._handle)
+        app.router.add_get("/{prefix:.*}v1/responses", self._handle)  # /v1/responses, /slow/v1/responses, ...
+        app.router.add_post("/{prefix:.*}v1/responses", self._post)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self._ssl).start()
 
-    async def _handle(self, request: web.Request) -> web.WebSocketResponse:
+    def _next(self, turn: int) -> list[str | float]:
+        with self._lock:
+            return self._scripts.popleft() if self._scripts else list(answer_turn(f"resp_default{turn}"))
+
+    async def _post(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        with self._lock:
+            self.posts.append(body)
+            self.post_headers.append(dict(request.headers))
+            turn = len(self.posts)
+        script = self._next(turn)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for item in script:
+            if isinstance(item, float | int):
+                await asyncio.sleep(item)
+            elif item == CLOSE:
+                break
+            else:
+                kind = json.loads(item).get("type", "message") if item.startswith("{") else "message"
+                await response.write(f"event: {kind}\ndata: {item}\n\n".encode())
+        await response.write_eof()
+        return response
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        with self._lock:
+            self.handshakes.append(dict(request.headers))
+        if not self.websocket:
+            return web.Response(status=404, text="no WebSocket here")
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)
         with self._lock:
@@ -126,10 +213,16 @@ class WsProvider:
             turn += 1
             with self._lock:
                 self.creates.append(msg.data)
-                script = self._scripts.popleft() if self._scripts else answer_turn(f"resp_default{turn}")
-            for item in script:
+            for item in self._next(turn):
                 if isinstance(item, float | int):
                     await asyncio.sleep(item)
+                elif item == CLOSE:
+                    await ws.close()
+                    return ws
+                elif item == PING:
+                    await ws.ping(b"keepalive")
                 else:
                     await ws.send_str(item)
+        with self._lock:
+            self.ended += 1
         return ws

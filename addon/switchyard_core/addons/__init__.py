@@ -3,6 +3,5 @@
 from .router import Router
 from .rules_keeper import RulesKeeper
 from .sse_view import SseView
-from .websocket_turns import WebSocketTurns
 
-__all__ = ["Router", "RulesKeeper", "SseView", "WebSocketTurns"]
+__all__ = ["Router", "RulesKeeper", "SseView"]

@@ -26,6 +26,7 @@ from .. import observe
 from ..exchange import Exchange, FlowAddress, OriginalRequest
 from ..observe import METADATA_KEY
 from ..apis.google_gemini import model_in_path
+from ..apis.openai_responses import NAME as RESPONSES
 from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Relay
 from ..relay.connection import reason_phrase
 from ..relay import mitmproxy_reader
@@ -83,6 +84,7 @@ class Router:
         self._direct = True  # the option
         self._reader_reachable = False  # mitmproxy's readers can be reached (checked in `running`)
         self._last = LastInLine(self)
+        self._websockets: dict[str, Exchange] = {}  # terminated WebSockets still open, by flow id
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -169,8 +171,7 @@ class Router:
         rules = self.keeper.rules
         if rules is None or flow.response is not None or flow.error is not None or flow.id in self._live:
             return
-        if "websocket" in flow.request.headers.get("upgrade", "").lower():
-            return  # a WebSocket handshake: mitmproxy relays its messages (WebSocketTurns), not the relay
+        websocket = "websocket" in flow.request.headers.get("upgrade", "").lower()
         parsed: list[Any] = []  # the JSON body, parsed at most once, only if a route needs it
 
         def body() -> Any:
@@ -179,9 +180,10 @@ class Router:
             return parsed[0]
 
         host, address = destination(flow)
-        route = rules.route_for(host, flow.request.path, lambda: _requested_model(flow.request.path, body))
-        if route is None:
-            return
+        route = rules.route_for(host, flow.request.path,
+                                lambda: None if websocket else _requested_model(flow.request.path, body))
+        if route is None or (websocket and route.api != RESPONSES):
+            return  # a WebSocket of another API: mitmproxy relays it as it is
         request = flow.request
         if request.raw_content is None:  # streamed to the origin already (stream_large_bodies)
             observe.emit(logging.WARNING, "switchyard.not_routed", route=route.name,
@@ -199,17 +201,22 @@ class Router:
             request.url if address is None else named_url(request, host),
             tuple(request.headers.items(multi=True)),
             request.raw_content,
-            body(),
+            None if websocket else body(),
             address,
         )
         # HTTP/1 only: a client that leaves closes its connection, which mitmproxy
         # acts on even while a hook waits (an HTTP/2 stream reset is queued)
         exchange = relay.register(route, original, self.keeper.faults,
-                                  provisional_head=request.http_version.startswith("HTTP/1"))
+                                  provisional_head=request.http_version.startswith("HTTP/1") and not websocket)
         self._live[flow.id] = exchange
-        if self._direct and self._reader_reachable:
+        if self._direct and self._reader_reachable and not websocket:
             exchange.mitmproxy_streams = lambda: relay_streams(flow)
-        flow.metadata[METADATA_KEY] = {"route": route.name, "api": route.api, "original_url": redact_query(original.url)}
+        story: dict[str, Any] = {"route": route.name, "api": route.api, "original_url": redact_query(original.url)}
+        if websocket:
+            # terminated in the relay, which tells each turn's story here as it goes
+            exchange.websocket = True
+            exchange.story = story = {**story, "transport": "websocket", "turns": []}
+        flow.metadata[METADATA_KEY] = story
         data = request.data
         exchange.flow_address = FlowAddress(data.scheme, data.host, data.port, data.authority, data.path, data.method)
         request.scheme = "http"
@@ -219,7 +226,8 @@ class Router:
         # method its strict parser refuses (a raw non-ASCII query, a lowercase or unknown
         # method), which mitmproxy accepts, must not cost the flow its answer
         data.path = b"/"
-        data.method = b"HEAD" if data.method.upper() == b"HEAD" else b"POST"
+        if not websocket:
+            data.method = b"HEAD" if data.method.upper() == b"HEAD" else b"POST"
         request.headers[TOKEN_HEADER] = exchange.token
         # mitmproxy picks the connection by the request's address and scheme and the
         # flow's `via` and transport: plain TCP to the relay, no upstream proxy in
@@ -239,6 +247,8 @@ class Router:
         # display first: once a provisional head's real one is decided, every step
         # delays the first token (a fallback's URL is shown at the end, in `response`)
         restore(flow, exchange)
+        if exchange.websocket:
+            return  # the relay's 101: the session answers from here on
         response = flow.response
         streamed = "text/event-stream" in response.headers.get("content-type", "").lower()
         if PROVISIONAL_HEADER in response.headers and exchange.head is not None:
@@ -267,6 +277,9 @@ class Router:
         if self.relay is not None:
             self.relay.forget(exchange.token)  # answered by someone else (another addon)
         restore(flow, exchange)
+        if exchange.websocket:
+            self._websockets[flow.id] = exchange  # its story goes on until the WebSocket ends
+            return
         stream = flow.response.stream
         if isinstance(stream, DisplayCopy) and not flow.response.raw_content:
             flow.response.content = b"".join(stream.chunks)
@@ -282,6 +295,20 @@ class Router:
             restore(flow, exchange)
             annotate(flow, exchange, self.counters)
             show_attempts(flow, exchange)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        exchange = self._websockets.pop(flow.id, None)
+        if exchange is None:
+            return
+        show_attempts(flow, exchange)  # each failed attempt of each turn
+        # the comment names each turn that needed more than one attempt, and why
+        moved = [f"turn {turn['turn']}: {turn['why']}" for turn in (exchange.story or {}).get("turns", ())
+                 if len(turn.get("attempts", ())) > 1]
+        if moved:
+            flow.comment = "; ".join(moved)
+            flow.marked = ":arrows_counterclockwise:"
+        elif (exchange.story or {}).get("suppressed_failover"):
+            flow.marked = ":warning:"
 
     # --- commands -------------------------------------------------------------
 
@@ -311,6 +338,9 @@ class Router:
             relay = self.relay
             lines.append(f"relay: 127.0.0.1:{relay.port}, in flight={relay.in_flight}, unused tokens={relay.pending}, "
                          f"answers={relay.answers} (in-process={relay.direct_answers})")
+            ws = relay.websocket
+            lines.append("websocket: " + ", ".join(f"{k}={ws['websocket_' + k]}" for k in (
+                "connections", "turns", "retries_answered", "fallbacks", "suppressed_failovers")))
         text = "\n".join(lines)
         observe.log.info(text)
         return text

@@ -30,12 +30,15 @@ class AttemptLog:
         in_queries = credential_query_values(exchange.request.url, *(u.url for u in upstreams if u.url))
         self._secrets = secret_values(exchange.request.headers, upstreams, in_queries)
         self._quiet_commit: tuple[AttemptRecord, str] | None = None
+        # fields every line of this exchange carries besides its own (a WebSocket turn's transport and number)
+        self.context: dict[str, object] = {}
 
     def redact(self, text: str) -> str:
         return redact(text, self._secrets)
 
     def fields(self, record: AttemptRecord) -> dict[str, object]:
-        return {"route": self.route, "upstream": record.upstream, "attempt": record.attempt, "request_id": record.request_id}
+        return {"route": self.route, "upstream": record.upstream, "attempt": record.attempt, "request_id": record.request_id,
+                **self.context}
 
     def failed(self, record: AttemptRecord, info: ErrorInfo, decision: AttemptOutcome, delay_s: float | None) -> None:
         """A failure before output, and what it led to."""
@@ -56,6 +59,7 @@ class AttemptLog:
             delay_s=round(delay_s, 3) if delay_s is not None else None,
             message=self.redact(info.message),
             request_id=record.request_id,
+            **self.context,
         )
 
     def committed(self, record: AttemptRecord, first_event: str) -> None:
@@ -97,6 +101,7 @@ class AttemptLog:
             code=(info.code or info.type) if info else None,
             message=self.redact(info.message) if info else None,
             request_id=record.request_id,
+            **self.context,
         )
 
     def client_gone(self) -> None:
@@ -107,4 +112,4 @@ class AttemptLog:
 
     def exhausted(self, message: str) -> None:
         observe.emit(logging.WARNING, "switchyard.exhausted", route=self.route,
-                     attempts=len(self.exchange.attempts), message=self.redact(message))
+                     attempts=len(self.exchange.attempts), message=self.redact(message), **self.context)

@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -101,8 +101,12 @@ class AttemptLoop:
         finally:
             self.client.stop_keepalive()
 
+    def _upstreams(self) -> Sequence[Upstream]:
+        """The upstreams to try, in order: the route's (a WebSocket turn narrows them)."""
+        return self.route.upstreams
+
     async def _run(self) -> None:
-        upstreams = self.route.upstreams
+        upstreams = self._upstreams()
         turn: Turn | None = first_turn(upstreams)
         while turn is not None:
             failed = await self._attempt(turn)

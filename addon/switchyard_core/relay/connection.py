@@ -210,6 +210,11 @@ class RelayAnswer:
 
     # --- the connection's side ---------------------------------------------------------
 
+    @property
+    def connection(self) -> RelayConnection:
+        """The relay connection this answer goes out on (a WebSocket session takes it over)."""
+        return self._connection
+
     def flow_control(self, paused: bool) -> None:
         """mitmproxy stopped (or resumed) reading the socket."""
         if self._producer is not None and self._line is None:

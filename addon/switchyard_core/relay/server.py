@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections import Counter
 
 from .. import observe
 from ..attempts.loop import AttemptLoop
@@ -30,6 +31,7 @@ from ..faults import FaultPlan
 from ..rules import Route
 from ..upstreams.client import UpstreamClient
 from .connection import RelayAnswer, RelayConnection
+from .websocket_session import WebSocketSession
 
 RETIRE_MAX_S = 600.0  # a retired relay (the script was reloaded) stops by then whatever is in flight
 UNUSED_TOKEN_GRACE_S = 5.0  # ... and waits this long for flows it issued tokens to just before
@@ -46,6 +48,7 @@ class Relay:
         self.in_flight = 0  # exchanges being served now (switchyard.status shows it)
         self.answers = 0  # exchanges served, and how many of them went to mitmproxy in-process
         self.direct_answers = 0
+        self.websocket: Counter[str] = Counter()  # WebSocket connections, turns, retries, fallbacks
         self._retired: list[UpstreamClient] = []
         self._starting = asyncio.Lock()
         self._retiring = False
@@ -153,6 +156,15 @@ class Relay:
             sink.send_whole(403, [("Content-Type", "text/plain; charset=utf-8")],
                             b"switchyard relay: unknown or used token\n")
             return
+        if exchange.websocket:
+            self.in_flight += 1  # a reload lets it go on, as it does a stream
+            try:
+                await WebSocketSession(exchange, sink.connection, self.client_via(exchange.upstream_proxy), self.websocket).run()
+            finally:
+                self.in_flight -= 1
+                if self._retiring:
+                    asyncio.get_running_loop().call_soon(self._stop_if_retired_and_idle)
+            return  # the connection was the session's: nothing more goes on it
         loop = AttemptLoop(exchange, self.client_via(exchange.upstream_proxy), sink)
         self.answers += 1
         self.in_flight += 1

@@ -69,6 +69,7 @@ class Upstream:
     # merged into a prefill request's top level, and into its final assistant message
     prefill_body: Mapping[str, Any] = field(default_factory=dict, hash=False)
     prefill_message: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    websocket: bool | None = None  # Responses turns over WebSocket: None tries the upgrade, False never does
 
     @property
     def is_original(self) -> bool:
@@ -172,6 +173,7 @@ def _resolve_upstream(
         prefill=spec.prefill,
         prefill_body=MappingProxyType(dict(spec.prefill_body or {})),
         prefill_message=MappingProxyType(dict(spec.prefill_message or {})),
+        websocket=None if spec.websocket == "auto" else bool(spec.websocket),
     )
 
 

@@ -120,6 +120,8 @@ class UpstreamSpec(_Strict):
     prefill: bool = False  # it continues a conversation that ends in an assistant message
     prefill_body: Annotated[dict[str, Any] | None, AfterValidator(no_request_keys)] = None
     prefill_message: dict[str, Any] | None = None
+    # Responses turns over WebSocket: auto tries the upgrade and takes HTTP SSE when refused
+    websocket: Literal["auto"] | Annotated[bool, Field(strict=True)] = "auto"
 
 
 class RouteSpec(Settings):

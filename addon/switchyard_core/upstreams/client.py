@@ -85,6 +85,15 @@ class UpstreamClient:
             self._tls_context = context
         return self._tls_context
 
+    def tls_context(self) -> ssl.SSLContext:
+        """The TLS settings upstream connections use (a WebSocket's too)."""
+        return self._tls()
+
+    @property
+    def proxied(self) -> bool:
+        """Whether this client goes through an upstream proxy."""
+        return self._proxy is not None
+
     async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None,
                    sent: Callable[[bool], None] | None = None) -> UpstreamAnswer:
         """Send the request; returns once the response headers arrived.
