@@ -23,13 +23,19 @@ import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from .body import Body
-from .content_coding import Decoder, MalformedBody, UnsupportedCoding, decoder_for
+from .content_coding import DECODED_PER_READ, Decoder, MalformedBody, UnsupportedCoding, decoder_for
 from .upstream import ConnectionBroke
 
 if TYPE_CHECKING:
     from .upstream_client import UpstreamClient
 
 CONNECT_REPLY_LIMIT = 64 * 1024
+# An answer's head: its bytes (status line and header lines, interim answers' too) and
+# its header lines.  Past either the attempt fails: a peer that sends headers forever
+# must not hold memory until `headers_timeout_s`.  The same byte bound holds for what
+# arrives between body bytes (chunk framing, trailers).
+HEAD_LIMIT = 64 * 1024
+HEADER_COUNT_LIMIT = 256
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: what a header name may be
 Key = tuple[str, str, int, str]  # scheme, host, port, TLS name: what a pooled connection can be reused for
 
@@ -72,6 +78,13 @@ class UpstreamConnection(asyncio.Protocol):
         self._complete = False
         self._until_close = False  # a body with neither length nor chunks: it ends when the connection does
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._unframed = 0  # bytes fed since the head began or body bytes last came
+        self._problem: str | None = None  # why a callback stopped the parser
+        self._held = False  # the body asked to stop reading (its reader or the client is behind)
+        self._backlog = False  # the decoder holds more than one read may give out: reading waits
+        self._drain: asyncio.Handle | None = None
+        self._message_done = False  # the parser saw the answer's end; decoded bytes may still wait
+        self._keep_alive = False
 
     # --- asyncio's side ------------------------------------------------------------
 
@@ -87,13 +100,18 @@ class UpstreamConnection(asyncio.Protocol):
         if parser is None:  # nothing asked: a server talking out of turn
             self.abort()
             return
+        self._unframed += len(data)
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._broke("upstream switched protocols")
         except httptools.HttpParserError:
-            self._broke("malformed HTTP response")
+            self._broke(self._problem or "malformed HTTP response")
         else:
+            if self._unframed > HEAD_LIMIT and not self._complete:
+                part = "response head" if self._answer is None else "chunk framing or trailers"
+                self._broke(f"upstream sent more than {HEAD_LIMIT // 1024} KiB of {part}")
+                return
             self._deliver()
 
     def eof_received(self) -> bool:
@@ -110,11 +128,15 @@ class UpstreamConnection(asyncio.Protocol):
         self._peer_closed(clean=exc is None)
 
     def pause_reading(self) -> None:
+        self._held = True
         if self.transport is not None and not self.closed:
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self.transport is not None and not self.closed:
+        self._held = False
+        if self._backlog:
+            self._schedule_drain()  # decoded bytes first; reading resumes once they are out
+        elif self.transport is not None and not self.closed:
             self.transport.resume_reading()
 
     # --- httptools' callbacks ----------------------------------------------------------
@@ -124,6 +146,11 @@ class UpstreamConnection(asyncio.Protocol):
             # the parser's leniency is for values (a folded line); a name it let through with a
             # space (`Transfer-Encoding : chunked`) would dodge every check of the framing
             raise ValueError("malformed header name")  # the parser stops: "malformed HTTP response"
+        if self._answer is not None:
+            return  # a trailer: not read (what it may take is bounded in `data_received`)
+        if len(self._headers) >= HEADER_COUNT_LIMIT:
+            self._problem = f"upstream sent more than {HEADER_COUNT_LIMIT} header lines"
+            raise ValueError(self._problem)
         self._headers.append((name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")))
 
     def on_headers_complete(self) -> None:
@@ -132,6 +159,7 @@ class UpstreamConnection(asyncio.Protocol):
             self._broke("upstream sent more than one answer")
             return
         status = self._parser.get_status_code()
+        self._unframed = 0
         if status < 200:  # 1xx: interim, the real answer follows
             self._headers = []
             return
@@ -161,31 +189,76 @@ class UpstreamConnection(asyncio.Protocol):
         answer = self._answer
         if answer is None or self._complete:
             return
+        self._unframed = 0
         if self._decoder is not None:
+            self._decoder.feed(data)  # decoded once the whole read is parsed, a bounded step at a time
+        elif data:
+            self._pieces.append(data)  # delivered once the whole read is parsed: one write per read
+
+    def _deliver(self, decode: bool = True) -> None:
+        """What one read brought of the body, to the body, in one piece.
+
+        A compressed read is decoded at most DECODED_PER_READ bytes at a time: while
+        the decoder holds more, the connection stops reading, and each further step
+        runs in a later pass of the loop once the body can take it (`_drain`)."""
+        pieces = self._pieces
+        decoder = self._decoder
+        if decode and decoder is not None and self._answer is not None and not self._complete and not self._held:
             try:
-                data = self._decoder.decompress(data)
+                decoded = decoder.read(DECODED_PER_READ)
             except MalformedBody:
                 self._broke("malformed compressed body")
                 return
-        if data:
-            self._pieces.append(data)  # delivered once the whole read is parsed: one write per read
-
-    def _deliver(self) -> None:
-        """What one read brought of the body, to the body, in one piece."""
-        pieces = self._pieces
+            if decoded:
+                pieces.append(decoded)
         if pieces and self._answer is not None:
             data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
             self._answer.body.feed(data)
+        if decoder is None or self._complete or self._answer is None:
+            return
+        if decoder.pending:
+            if not self._backlog:
+                self._backlog = True
+                if self.transport is not None and not self.closed:
+                    self.transport.pause_reading()
+            if not self._held:
+                self._schedule_drain()
+        elif self._backlog:
+            self._backlog = False
+            if self._message_done:
+                self._finish_message()
+            elif not self._held and self.transport is not None and not self.closed:
+                self.transport.resume_reading()
+
+    def _schedule_drain(self) -> None:
+        if self._drain is None:
+            self._drain = asyncio.get_running_loop().call_soon(self._drain_step)
+
+    def _drain_step(self) -> None:
+        self._drain = None
+        if self._backlog and not self._held:
+            self._deliver()
 
     def on_message_complete(self) -> None:
         answer = self._answer
         if answer is None:  # the end of a 1xx
             self._headers = []
             return
-        if self._complete:
+        if self._complete or self._message_done:
             return
+        self._message_done = True
+        self._unframed = 0
+        # asked now: once the parser has moved past this answer it no longer knows
+        self._keep_alive = self._parser is not None and self._parser.should_keep_alive()
         self._deliver()
+        if not self._backlog and not self._complete:
+            self._finish_message()
+
+    def _finish_message(self) -> None:
+        """The answer's end, once every decoded byte of it is out."""
+        answer = self._answer
+        assert answer is not None
         if self._decoder is not None:
             try:
                 answer.body.feed(self._decoder.flush())
@@ -196,7 +269,7 @@ class UpstreamConnection(asyncio.Protocol):
                 self._broke("malformed compressed body")
                 return
         self._complete = True
-        reusable = (self._parser is not None and self._parser.should_keep_alive() and not self._until_close
+        reusable = (self._parser is not None and self._keep_alive and not self._until_close
                     and self._method != "HEAD")
         answer.body.end()
         if reusable:
@@ -221,6 +294,11 @@ class UpstreamConnection(asyncio.Protocol):
         self._complete = False
         self._until_close = False
         self._decoder = None
+        self._unframed = 0
+        self._problem = None
+        self._held = False
+        self._backlog = False
+        self._message_done = False
         self.received_any = False
         self._head = asyncio.get_running_loop().create_future()
         if self.transport.is_reading() is False:
@@ -264,6 +342,7 @@ class UpstreamConnection(asyncio.Protocol):
     def abandon(self, answer: UpstreamAnswer) -> None:
         if self._answer is answer and not self._complete:
             self._answer = None
+            self._backlog = False
             self.abort()
 
     def idle(self, timer: asyncio.TimerHandle) -> None:
@@ -293,7 +372,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self._head is not None and not self._head.done():
             self._head.set_exception(error)
         elif self._answer is not None and not self._complete:
-            self._deliver()  # what came before the break comes first
+            self._deliver(decode=False)  # what came before the break comes first
             self._complete = True
             self._answer.body.end(error)
         self.abort()
@@ -309,7 +388,15 @@ class UpstreamConnection(asyncio.Protocol):
         answer = self._answer
         if answer is None or self._complete:
             return
+        if self._message_done:
+            return  # whole: the decoded rest is still going out (`_drain`), and ends it
+        if self._until_close and clean and self._backlog:
+            self._message_done = True  # the close ends it, once the decoded rest is out
+            return
         self._deliver()
+        if self._until_close and clean and self._backlog:
+            self._message_done = True
+            return
         self._complete = True
         decoder = self._decoder
         if not (self._until_close and clean):
