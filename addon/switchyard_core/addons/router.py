@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from mitmproxy import addonmanager, command, connection, ctx, hooks, http
 from mitmproxy.http import Headers
@@ -24,6 +24,7 @@ from mitmproxy.http import Headers
 from .. import observe
 from ..observe import METADATA_KEY
 from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Exchange, FlowAddress, OriginalRequest, Relay, UpstreamClient
+from ..relay.content_coding import MalformedBody, UnsupportedCoding, decode_within
 from ..relay.relay_connection import reason_phrase
 from ..relay.upstream import redact_query
 from .destination import destination, named_url
@@ -31,6 +32,10 @@ from .flow_story import DisplayCopy, annotate, restore, show_attempts
 from .relay_streams import relay_streams
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral
+
+# The most of a request body read to route it (decoded, if it came compressed): a body
+# of 1 MB can inflate to gigabytes.  A larger one goes to its destination unrouted.
+ROUTE_BODY_LIMIT = 32 * 1024 * 1024
 
 UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth"}
 
@@ -129,25 +134,31 @@ class Router:
     async def route(self, flow: http.HTTPFlow) -> None:
         """The `request` hook, from the end of the chain (see `LastInLine`)."""
         rules = self.keeper.rules
-        if rules is None or flow.response is not None or flow.error is not None or flow.id in self._live:
-            return
+        if rules is None or not flow.live or flow.response is not None or flow.error is not None or flow.id in self._live:
+            return  # (a flow read from a file, or replayed from one, is not live: never sent anywhere by us)
         if "websocket" in flow.request.headers.get("upgrade", "").lower():
             return  # a WebSocket handshake: mitmproxy relays its messages (WebSocketTurns), not the relay
-        parsed: list[Any] = []  # the JSON body, parsed at most once, only if a route needs it
+        parsed: list[_Body] = []  # the body, read at most once, only if a route needs it
 
-        def body() -> Any:
+        def body() -> _Body:
             if not parsed:
-                parsed.append(_json_of(flow))
+                parsed.append(_body_of(flow.request))
             return parsed[0]
 
         host, address = destination(flow)
-        route = rules.route_for(host, flow.request.path, lambda: _requested_model(body()))
+        route = rules.route_for(host, flow.request.path, lambda: _requested_model(body().json))
         if route is None:
+            if parsed and parsed[0].too_large:  # a route asked for its model: it could not be read
+                _not_routed_too_large(None)
             return
         request = flow.request
         if request.raw_content is None:  # streamed to the origin already (stream_large_bodies)
             observe.emit(logging.WARNING, "switchyard.not_routed", route=route.name,
                          reason="request body was streamed (stream_large_bodies); raise that option to route it")
+            return
+        content = body()
+        if content.too_large:
+            _not_routed_too_large(route.name)
             return
         relay = await self._ensure_relay()
         if relay.stopped:  # the script was reloaded while the relay started: the new Router routes it
@@ -156,12 +167,15 @@ class Router:
                 await successor.route(flow)
             return
         assert relay.port is not None
+        headers = tuple(request.headers.items(multi=True))
+        if content.decoded:  # upstreams get it as it was read: decoded (a `model:` rewrite needs it so)
+            headers = tuple((name, value) for name, value in headers if name.lower() != "content-encoding")
         original = OriginalRequest.of(
             request.method,
             request.url if address is None else named_url(request, host),
-            tuple(request.headers.items(multi=True)),
-            request.raw_content,
-            body(),
+            headers,
+            content.raw,
+            content.json,
             address,
         )
         # HTTP/1 only: a client that leaves closes its connection, which mitmproxy
@@ -309,13 +323,40 @@ def _report_start_failure(task: "asyncio.Task[Relay]") -> None:
         observe.emit(logging.ERROR, "switchyard.relay_failed", error=str(task.exception()))
 
 
-def _json_of(flow: http.HTTPFlow) -> Any:
-    request = flow.request
+class _Body(NamedTuple):
+    """A request body as the Router read it to route."""
+
+    raw: bytes  # what upstreams are sent
+    json: Any  # its JSON, None if it is none
+    decoded: bool = False  # `raw` is the body decoded: its Content-Encoding no longer applies
+    too_large: bool = False  # past ROUTE_BODY_LIMIT: not read, not routed
+
+
+def _body_of(request: http.Request) -> _Body:
+    raw = request.raw_content or b""
+    coding = request.headers.get("content-encoding")
+    decoded = False
+    if coding is None:  # the common case, without a decode step (it is on the first token's path)
+        if len(raw) > ROUTE_BODY_LIMIT:
+            return _Body(raw, None, too_large=True)
+    else:
+        try:
+            plain = decode_within(raw, coding, ROUTE_BODY_LIMIT)
+        except (MalformedBody, UnsupportedCoding):
+            return _Body(raw, None)  # passed on as the client sent it, for its destination to judge
+        if plain is None:
+            return _Body(raw, None, too_large=True)
+        raw, decoded = plain, plain is not raw
     try:
-        body = request.raw_content if "content-encoding" not in request.headers else request.get_content(strict=False)
-        return json.loads(body or b"")
+        return _Body(raw, json.loads(raw or b""), decoded)
     except (ValueError, RecursionError):
-        return None
+        return _Body(raw, None, decoded)
+
+
+def _not_routed_too_large(route: str | None) -> None:
+    observe.emit(logging.WARNING, "switchyard.not_routed", route=route,
+                 reason=f"request body is over {ROUTE_BODY_LIMIT // (1024 * 1024)} MiB (decoded); "
+                        "sent to its destination unrouted")
 
 
 def _requested_model(body: Any) -> str | None:

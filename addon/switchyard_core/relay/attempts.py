@@ -272,13 +272,15 @@ class AttemptLoop:
         )
         record.phase = "staging"
         idle_s = settings.idle_timeout_s or None  # silence after output
-        # silence before output: reasoning models can think for minutes before their first
-        # token, so not `idle_timeout_s`; `request_timeout_s` (an answer's patience), and
-        # `first_output_timeout_s` where it is set.  Some bound is needed: behind the
-        # pre-answer keepalive a client never times out on its own
-        quiet_s = settings.request_timeout_s or None
+        # before output: reasoning models can think for minutes before their first token,
+        # so not `idle_timeout_s`; `request_timeout_s` (an answer's patience), and
+        # `first_output_timeout_s` where it is set, both deadlines from the attempt's start
+        # that nothing before output moves (an upstream sending `: ping` forever would hold
+        # the request forever).  Some bound is needed: behind the pre-answer keepalive a
+        # client never times out on its own
         first_output_s = settings.first_output_timeout_s
-        deadline = record.started + first_output_s if first_output_s else None
+        ends = [record.started + t for t in (settings.request_timeout_s, first_output_s) if t]
+        deadline = min(ends) if ends else None
         body = answer.body
         silence = self._silence(answer)
         touch = silence.touch
@@ -287,11 +289,7 @@ class AttemptLoop:
         failures: list[Classification] = []
 
         def staging_bound() -> None:
-            wait = quiet_s
-            if deadline is not None:
-                left = max(0.0, deadline - time.monotonic())
-                wait = left if wait is None else min(wait, left)
-            silence.expect_by(wait)
+            silence.expect_by(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
         def through(chunk: bytes) -> None:
             if passes(chunk):  # committed, and plain answer content: the hot path
@@ -320,8 +318,8 @@ class AttemptLoop:
                     self.end.cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
                                   "stream_stalled")
                 return None
-            silent = deadline is None or time.monotonic() < deadline
-            what = f"nothing for {settings.request_timeout_s:g}s" if silent else f"no output within {first_output_s:g}s"
+            waited = min(t for t in (settings.request_timeout_s, first_output_s) if t)  # the deadline that passed
+            what = f"no output within {waited:g}s"
             info = ErrorInfo(status=504, message=what, event_type="timeout", retryable_hint=True)
             return self._fail(attempt, info, timed_out=True)
         if failures:

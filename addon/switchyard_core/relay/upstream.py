@@ -176,7 +176,12 @@ def _with_model(body: bytes, model: str) -> bytes:
     if not isinstance(data, dict):
         return body
     data["model"] = model
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    try:
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        # half a surrogate pair (`"\ud83d"`, an emoji cut in two) has no UTF-8: every
+        # non-ASCII character as its escape, that one too, as the client sent it
+        return json.dumps(data, separators=(",", ":")).encode()
 
 
 def request_id(headers: Mapping[str, str]) -> str | None:
