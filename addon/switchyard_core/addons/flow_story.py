@@ -21,7 +21,8 @@ from ..observe import METADATA_KEY
 from ..relay import TOKEN_HEADER, AttemptRecord, Exchange, OriginalRequest
 from ..relay.upstream import build_request, is_cross_origin, redact_query
 
-DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer kept for mitmweb
+DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer, or of a failed attempt's, kept for mitmweb
+TRUNCATED_HEADER = "x-switchyard-truncated"
 
 
 class DisplayCopy:
@@ -156,15 +157,22 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
     request.timestamp_start = request.timestamp_end = flow.request.timestamp_start
     attempt = http.HTTPFlow(flow.client_conn, connection.Server(address=(parts.hostname or "", port)))
     attempt.request = request
+    cut = ""
     if record.answer is not None:
         status, answer_headers, body = record.answer
-        attempt.response = http.Response.make(status, body, Headers([(k.encode(), v.encode()) for k, v in answer_headers]))
+        # a failed attempt may have held up to `staging_limit`; a flow keeps what a stream's does
+        kept = body[:DISPLAY_LIMIT]
+        attempt.response = http.Response.make(status, kept, Headers([(k.encode(), v.encode()) for k, v in answer_headers]))
+        if len(kept) < len(body):
+            cut = f"; answer cut to its first {len(kept)} of {len(body)} bytes"
+            attempt.response.headers[TRUNCATED_HEADER] = f"first {len(kept)} of {len(body)} bytes kept"
     else:
         attempt.error = mitmflow.Error(record.message or record.outcome)
     attempt.metadata[METADATA_KEY] = {"attempt_of": flow.id, "route": exchange.route.name, "api": exchange.route.api,
                                       **record.as_dict(), "url": url}
     what = _what(record)
-    attempt.comment = f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; request body omitted"
+    attempt.comment = (f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; "
+                       f"request body omitted{cut}")
     attempt.marked = ":red_circle:"
     return attempt
 

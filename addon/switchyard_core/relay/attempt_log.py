@@ -21,7 +21,7 @@ class AttemptLog:
         self.exchange = exchange
         self.route = exchange.route.name
         self.api = exchange.route.api
-        self._secrets = secret_values(exchange.request.headers, exchange.route.upstreams)
+        self._secrets = secret_values(exchange.request.headers, exchange.route.upstreams, exchange.request.url)
         self._quiet_commit: tuple[AttemptRecord, str] | None = None
 
     def redact(self, text: str) -> str:

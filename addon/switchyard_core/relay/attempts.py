@@ -22,6 +22,7 @@ from .. import observe
 from ..gate import SAID_NOTHING, Gate, GateStep
 from ..protocols import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
 from ..protocols.errors import http_error_info
+from ..redaction import env_secrets, redact_bytes
 from ..retry import Plan, plan_after_failure, retry_after_s
 from ..rules import Upstream
 from .attempt_log import AttemptLog
@@ -62,6 +63,9 @@ class _Try:
     tries: int
     has_next: bool
     record: AttemptRecord
+    # what the upstream's `${VAR}`s hold: never passed on, should it echo them (a failure
+    # that says which key it refused); a committed stream is passed as sent
+    secrets: tuple[bytes, ...] = ()
 
 
 class AttemptLoop:
@@ -120,7 +124,7 @@ class AttemptLoop:
         )
         self.exchange.attempts.append(record)
         self.client.attempts = len(self.exchange.attempts)
-        attempt = _Try(upstream, tries, has_next, record)
+        attempt = _Try(upstream, tries, has_next, record, env_secrets(upstream))
         settings = self.settings
         if self.exchange.request.wants_stream:
             # streams: headers and first output are bounded from the attempt's start
@@ -191,6 +195,7 @@ class AttemptLoop:
         settings = self.settings
         body, complete = await read_bounded(answer, ERROR_BODY_LIMIT,
                                             settings.headers_timeout_s or settings.request_timeout_s)
+        body = redact_bytes(body, attempt.secrets)
         failed = self._fail(attempt, http_error_info(answer.status, body), headers=answer.headers)
         answered = self.end.keep(attempt.record, answer, body, complete=complete)
         if failed.plan.action == "give_up":
@@ -224,10 +229,10 @@ class AttemptLoop:
                 if self._commit_whole(attempt, "body_limit"):
                     return None
                 self.client.start(answer.status, forwarded_response_headers(answer.headers), attempt.upstream.name)
-                self.client.write(b"".join(chunks))
-                await self._pass_rest(answer)
+                self.client.write(redact_bytes(b"".join(chunks), attempt.secrets))
+                await self._pass_rest(answer, attempt.secrets)
                 return None
-        body = b"".join(chunks)
+        body = redact_bytes(b"".join(chunks), attempt.secrets)
         info = None
         if "json" in answer.headers.get("Content-Type", "").lower():
             try:
@@ -356,9 +361,9 @@ class AttemptLoop:
         if info in SAID_NOTHING:
             # shown in mitmweb, never forwarded: as sent it would read as an empty success;
             # the last failure that said something is forwarded, else Switchyard's own error
-            self.end.show(attempt.record, answer, gate.held())
+            self.end.show(attempt.record, answer, redact_bytes(gate.held(), attempt.secrets))
             return failed
-        answered = self.end.keep(attempt.record, answer, gate.held())
+        answered = self.end.keep(attempt.record, answer, redact_bytes(gate.held(), attempt.secrets))
         if failed.plan.action != "give_up":
             return failed
         # the last possible attempt: the client gets it as the provider sent it
@@ -367,8 +372,8 @@ class AttemptLoop:
         self.client.stop_keepalive()
         if not self.client.headers_sent:
             self.client.start(answer.status, answered.headers, attempt.upstream.name)
-        self.client.write(gate.pass_through())
-        await self._pass_rest(answer)
+        self.client.write(redact_bytes(gate.pass_through(), attempt.secrets))
+        await self._pass_rest(answer, attempt.secrets)
         return None
 
     def _output(self, step: GateStep, attempt: _Try, answer: Answer) -> None:
@@ -397,16 +402,17 @@ class AttemptLoop:
             self.exchange.suppressed_failover = True
             self.log.suppressed(record, failure.error, failure.event_type)
 
-    async def _pass_rest(self, answer: Answer) -> None:
-        """The rest of an answer forwarded as sent; if it breaks or stalls, so does the
-        client's (a clean end would claim a complete answer)."""
+    async def _pass_rest(self, answer: Answer, secrets: tuple[bytes, ...] = ()) -> None:
+        """The rest of an answer forwarded as sent (the upstream's own secrets redacted,
+        read by read); if it breaks or stalls, so does the client's (a clean end would
+        claim a complete answer)."""
         silence = self._silence(answer)
         touch = silence.touch
         write = self.client.write
 
         def timed(chunk: bytes) -> None:
             touch()
-            write(chunk)
+            write(redact_bytes(chunk, secrets) if secrets else chunk)
 
         silence.expect_by(self.settings.idle_timeout_s or None)
         try:

@@ -16,11 +16,11 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import unquote_plus, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 
 from ..protocols.base import ErrorInfo
-from ..redaction import CREDENTIAL_HEADERS
+from ..redaction import looks_like_credential, query_name
 from ..rules import Upstream
 from .body import Body
 from .exchange import OriginalRequest
@@ -42,13 +42,9 @@ _HOP_BY_HOP = frozenset(
     }
 )
 
-# query parameters that carry a credential: Gemini's `key`, gateways' `api_key`, OAuth's
-# `access_token` (RFC 6750), Azure SAS's `sig`
-_CREDENTIAL_QUERY = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token", "sig", "signature"})
-
 
 def _query_key(piece: str) -> str:
-    return unquote_plus(piece.partition("=")[0]).lower()
+    return query_name(piece).lower()
 
 # Response headers that describe the upstream's framing, not the content we relay.
 RESPONSE_DROP = frozenset(
@@ -86,9 +82,10 @@ class UpstreamRequest:
     address: str | None = None
 
 
-def target_url(original_url: str, upstream_url: str | None) -> str:
+def target_url(original_url: str, upstream_url: str | None, forward_query: frozenset[str] = frozenset()) -> str:
     """Where an upstream's attempt goes: its URL plus the original query if it has
-    none; the client's credential query parameters never cross origins."""
+    none; the client's query parameters that look like credentials never cross
+    origins, unless the upstream names them (`forward_query`, lowercased)."""
     if upstream_url is None:
         return original_url
     target = urlsplit(upstream_url)
@@ -98,7 +95,8 @@ def target_url(original_url: str, upstream_url: str | None) -> str:
     url = urlunsplit((target.scheme, target.netloc, target.path, query, ""))
     if query and is_cross_origin(url, original_url):
         # the rest as the client wrote it (a bare flag stays bare, its encoding stays)
-        kept = "&".join(piece for piece in query.split("&") if _query_key(piece) not in _CREDENTIAL_QUERY)
+        kept = "&".join(piece for piece in query.split("&")
+                        if not looks_like_credential(_query_key(piece)) or _query_key(piece) in forward_query)
         url = urlunsplit((target.scheme, target.netloc, target.path, kept, ""))
     return url
 
@@ -110,10 +108,10 @@ def redact_query(url: str) -> str:
     if not parts.query:
         return url
     pieces = parts.query.split("&")
-    if not any(_query_key(piece) in _CREDENTIAL_QUERY for piece in pieces):
+    secret = [bool(piece) and looks_like_credential(_query_key(piece)) for piece in pieces]
+    if not any(secret):
         return url
-    shown = [piece.partition("=")[0] + "=[redacted]" if _query_key(piece) in _CREDENTIAL_QUERY else piece
-             for piece in pieces]
+    shown = [piece.partition("=")[0] + "=[redacted]" if hidden else piece for piece, hidden in zip(pieces, secret)]
     return urlunsplit(parts._replace(query="&".join(shown)))
 
 
@@ -124,22 +122,22 @@ def is_cross_origin(url: str, other: str) -> bool:
 def display_url(original: OriginalRequest, upstream: Upstream) -> str:
     """The attempt's URL as it may be shown: `${VAR}` values left unexpanded, except
     in the host and port, which must parse (mitmweb shows them as the destination)."""
-    shown = urlsplit(target_url(original.url, upstream.display_url))
+    shown = urlsplit(target_url(original.url, upstream.display_url, upstream.forward_query))
     if "${" in shown.netloc:
-        real = urlsplit(target_url(original.url, upstream.url))
+        real = urlsplit(target_url(original.url, upstream.url, upstream.forward_query))
         shown = shown._replace(netloc=real.netloc)
     return urlunsplit(shown)
 
 
 def secret_header_names(upstream: Upstream | None) -> frozenset[str]:
-    """Header names whose values must never be shown: the client's credentials and
-    whatever the upstream's rules filled in from the environment."""
-    return CREDENTIAL_HEADERS | (upstream.secret_headers if upstream else frozenset())
+    """Header names whose values must never be shown besides those that look like
+    credentials: whatever the upstream's rules filled in from the environment."""
+    return upstream.secret_headers if upstream else frozenset()
 
 
 def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequest:
     """The request one upstream receives: the client's, re-aimed and re-credentialed."""
-    url = target_url(original.url, upstream.url)
+    url = target_url(original.url, upstream.url, upstream.forward_query)
     cross_origin = is_cross_origin(url, original.url)
     replaced = {name.lower() for name, _ in upstream.headers}
     if upstream.auth is not None:
@@ -152,8 +150,8 @@ def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequ
         lowered = name.lower()
         if lowered in _HOP_BY_HOP or lowered in listed or lowered in replaced or lowered.startswith("x-switchyard-"):
             continue
-        if cross_origin and lowered in CREDENTIAL_HEADERS:
-            continue
+        if cross_origin and looks_like_credential(lowered) and lowered not in upstream.forward_headers:
+            continue  # the client's credentials stay with their origin
         if lowered == "accept-encoding":
             # only what the relay can decode: it hands clients decoded bytes
             value = ACCEPT_ENCODING
