@@ -392,7 +392,7 @@ def test_flows_read_from_a_file_are_never_routed(tmp_path: Path, provider: FakeP
 
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES.format(p2=provider.ports[1], hostile=1))
-    flow = tflow.tflow(resp=True)
+    flow = tflow.tflow()  # no answer: one loaded so is what a replay would send
     flow.request.url = provider.url("primary", "/v1/chat/completions")
     flow.request.method = "POST"
     flow.request.content = b'{"model":"gpt-4o","stream":true,"messages":[]}'
