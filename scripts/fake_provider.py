@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "addon"))
 
 from switchyard_core.faults import error_body, error_frame  # noqa: E402
-from switchyard_core.protocols.openai_responses import OVERLOAD_OUTPUT_TEXT  # noqa: E402
+from switchyard_core.apis.openai_responses import OVERLOAD_OUTPUT_TEXT  # noqa: E402
 from tests.support.fake_provider import RESET, FakeProvider, Reply  # noqa: E402
 
 KINDS = ("sse_503", "sse_429", "http_503", "http_429", "http_529", "overload_message", "response_failed", "reset", "stall")

@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from switchyard_core.relay.body import BUFFER_LIMIT, Body
+from switchyard_core.upstreams.body import BUFFER_LIMIT, Body
 
 
 class Producer:

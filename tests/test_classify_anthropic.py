@@ -16,10 +16,10 @@ import anthropic
 import httpx2
 import pytest
 
-from switchyard_core.protocols import APIS
-from switchyard_core.protocols.anthropic_messages import AnthropicMessages
-from switchyard_core.protocols.base import Classification, ErrorInfo, FrameKind
-from switchyard_core.protocols.errors import Decision, ErrorPolicy
+from switchyard_core.apis import APIS
+from switchyard_core.apis.anthropic_messages import AnthropicMessages
+from switchyard_core.apis.base import Classification, ErrorInfo, FrameKind
+from switchyard_core.apis.errors import Decision, ErrorPolicy
 from switchyard_core.sse import FrameSplitter
 
 FIXTURES = Path(__file__).parent / "fixtures"

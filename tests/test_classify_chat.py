@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from switchyard_core.protocols.base import Classification, ErrorInfo, FrameKind
-from switchyard_core.protocols.errors import Decision, ErrorPolicy, http_error_info
-from switchyard_core.protocols.openai_chat import ChatStream, OpenAIChat
+from switchyard_core.apis.base import Classification, ErrorInfo, FrameKind
+from switchyard_core.apis.errors import Decision, ErrorPolicy, http_error_info
+from switchyard_core.apis.openai_chat import ChatStream, OpenAIChat
 from switchyard_core.sse import FrameSplitter, parse_frame
 
 FIXTURE_DIR = Path(__file__).parent / "fixtures"

@@ -17,10 +17,10 @@ import openai
 import pytest
 from pydantic import TypeAdapter
 
-from switchyard_core.protocols import APIS
-from switchyard_core.protocols.base import Classification, ErrorInfo, FrameKind
-from switchyard_core.protocols.errors import Decision, ErrorPolicy
-from switchyard_core.protocols.openai_responses import OVERLOAD_OUTPUT_TEXT, OpenAIResponses
+from switchyard_core.apis import APIS
+from switchyard_core.apis.base import Classification, ErrorInfo, FrameKind
+from switchyard_core.apis.errors import Decision, ErrorPolicy
+from switchyard_core.apis.openai_responses import OVERLOAD_OUTPUT_TEXT, OpenAIResponses
 from switchyard_core.sse import FrameSplitter, SseEvent
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from switchyard_core.relay.content_coding import MalformedBody, decode_within, decoder_for
+from switchyard_core.upstreams.content_coding import MalformedBody, decode_within, decoder_for
 
 if sys.version_info >= (3, 14):
     from compression import zstd

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from switchyard_core.protocols.base import ErrorInfo
-from switchyard_core.protocols.errors import (
+from switchyard_core.apis.base import ErrorInfo
+from switchyard_core.apis.errors import (
     CAPACITY_CODES,
     DEFAULT_RETRY_ON,
     MESSAGE_LIMIT,

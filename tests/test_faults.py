@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from switchyard_core.faults import FaultPlan
-from switchyard_core.protocols import APIS, Decision, ErrorPolicy, FrameKind
-from switchyard_core.relay.body import Body
-from switchyard_core.relay.faulty_answer import FaultyAnswer
+from switchyard_core.apis import APIS, Decision, ErrorPolicy, FrameKind
+from switchyard_core.upstreams.body import Body
+from switchyard_core.attempts.faulty_answer import FaultyAnswer
 from switchyard_core.rules.schema import FaultSpec
 from switchyard_core.sse import FrameSplitter
 from tests.support import wire

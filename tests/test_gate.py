@@ -6,7 +6,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from switchyard_core.gate import Gate
-from switchyard_core.protocols import APIS, FrameKind
+from switchyard_core.apis import APIS, FrameKind
 from tests.support import wire
 
 LIMIT = 8 * 1024 * 1024

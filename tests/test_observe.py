@@ -9,7 +9,7 @@ from mitmproxy.addons.termlog import TermLogHandler
 from mitmproxy.log import LegacyLogEvents
 
 from switchyard_core import observe
-from switchyard_core.protocols.errors import MESSAGE_LIMIT
+from switchyard_core.apis.errors import MESSAGE_LIMIT
 from switchyard_core.redaction import redact
 
 

@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from switchyard_core.relay import TOKEN_HEADER, Relay, relay_connection
-from switchyard_core.relay.exchange import Exchange, OriginalRequest
-from switchyard_core.relay.upstream_client import UpstreamClient
+from switchyard_core.relay import TOKEN_HEADER, Relay, connection as relay_connection
+from switchyard_core.exchange import Exchange, OriginalRequest
+from switchyard_core.upstreams.client import UpstreamClient
 from switchyard_core.rules.loader import AttemptSettings, Route, Upstream
 from tests.support.scripted_server import (LAST_CHUNK, WAIT_S, Flood, Peer, Server, answering, chunk, chunked_head,
                                           dechunk)

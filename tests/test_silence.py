@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from switchyard_core.relay.silence import Silence
+from switchyard_core.attempts.read_deadline import Silence
 
 
 async def test_a_wait_that_ends_in_time_returns_its_value() -> None:

@@ -1,4 +1,4 @@
-"""UpstreamClient.open against real loopback servers (relay/upstream_client.py, relay/upstream_connection.py).
+"""UpstreamClient.open against real loopback servers (upstreams/client.py, upstreams/connection.py).
 
 Why real sockets: the client is an asyncio Protocol fed by the kernel, and what
 matters is how it behaves when bytes arrive split, late, cut off or not at all,
@@ -29,10 +29,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import brotli
 import pytest
 
-from switchyard_core.relay.upstream_client import UpstreamClient
-from switchyard_core.relay.upstream_connection import UpstreamAnswer
-from switchyard_core.relay.exchange import OriginalRequest
-from switchyard_core.relay.upstream import (ConnectionBroke, ConnectTimeout, UpstreamRequest, build_request, redact_query,
+from switchyard_core.upstreams.client import UpstreamClient
+from switchyard_core.upstreams.connection import UpstreamAnswer
+from switchyard_core.exchange import OriginalRequest
+from switchyard_core.upstreams.messages import (ConnectionBroke, ConnectTimeout, UpstreamRequest, build_request, redact_query,
                                           target_url, transport_failure)
 from switchyard_core.rules import Upstream
 

@@ -5,7 +5,7 @@ A fault never invents an upstream: the real request is sent, and the fault
 replaces its answer (`http_error`) or truncates it after `after_frames` real
 frames and then adds an error (`sse_error`, `response_failed`,
 `overload_message`), a connection reset (`reset`) or silence (`stall`).  The
-attempt loop reads a `relay.faulty_answer.FaultyAnswer` exactly as it reads a
+attempt loop reads a `attempts.faulty_answer.FaultyAnswer` exactly as it reads a
 real answer, so an injected failure exercises the same paths a provider's would.
 """
 
@@ -15,10 +15,10 @@ import json
 import random
 from collections.abc import Callable
 
-from .protocols import APIS
-from .protocols.errors import code_and_type_for_status
-from .protocols.anthropic_messages import NAME as ANTHROPIC
-from .protocols.openai_responses import NAME as RESPONSES
+from .apis import APIS
+from .apis.errors import code_and_type_for_status
+from .apis.anthropic_messages import NAME as ANTHROPIC
+from .apis.openai_responses import NAME as RESPONSES
 from .rules.schema import FaultSpec
 
 IN_BODY_KINDS = frozenset({"sse_error", "response_failed", "overload_message"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .protocols import APIS, Decision, ErrorPolicy, FrameKind
+from .apis import APIS, Decision, ErrorPolicy, FrameKind
 from .sse import FrameSplitter
 
 PREVIEW = 160

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .protocols.base import Classification, ErrorInfo, FrameKind, StreamClassifier
-from .protocols.errors import CAPACITY_CODES, rewrite_capacity_codes
+from .apis.base import Classification, ErrorInfo, FrameKind, StreamClassifier
+from .apis.errors import CAPACITY_CODES, rewrite_capacity_codes
 from .sse import Frame, FrameSplitter, SseEvent
 
 OVERSIZED_HEAD = 64 * 1024  # of a frame too big to hold: where its field lines (its `event:`) are looked for

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import unquote_plus, urlsplit
 
-from .protocols.errors import MESSAGE_LIMIT
+from .apis.errors import MESSAGE_LIMIT
 from .rules import Upstream
 
 # The client's credentials: never sent to an upstream on another origin, never shown.

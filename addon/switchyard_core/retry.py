@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from .protocols import Decision
+from .apis import Decision
 
 
 @dataclass(frozen=True, slots=True)

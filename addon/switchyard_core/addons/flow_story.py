@@ -17,9 +17,10 @@ from mitmproxy import flow as mitmflow
 from mitmproxy.http import Headers
 
 from .. import observe
+from ..exchange import AttemptRecord, Exchange, OriginalRequest
 from ..observe import METADATA_KEY
-from ..relay import TOKEN_HEADER, AttemptRecord, Exchange, OriginalRequest
-from ..relay.upstream import build_request, is_cross_origin, redact_query
+from ..relay import TOKEN_HEADER
+from ..upstreams.messages import build_request, is_cross_origin, redact_query
 
 DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer, or of a failed attempt's, kept for mitmweb
 TRUNCATED_HEADER = "x-switchyard-truncated"

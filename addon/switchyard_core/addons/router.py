@@ -22,14 +22,16 @@ from mitmproxy import addonmanager, command, connection, ctx, hooks, http
 from mitmproxy.http import Headers
 
 from .. import observe
+from ..exchange import Exchange, FlowAddress, OriginalRequest
 from ..observe import METADATA_KEY
-from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Exchange, FlowAddress, OriginalRequest, Relay, UpstreamClient
-from ..relay.content_coding import MalformedBody, UnsupportedCoding, decode_within
-from ..relay.relay_connection import reason_phrase
-from ..relay.upstream import redact_query
+from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Relay
+from ..relay.connection import reason_phrase
+from ..relay.mitmproxy_reader import relay_streams
+from ..upstreams import UpstreamClient
+from ..upstreams.messages import redact_query
+from ..upstreams.content_coding import MalformedBody, UnsupportedCoding, decode_within
 from .destination import destination, named_url
 from .flow_story import DisplayCopy, annotate, restore, show_attempts
-from .relay_streams import relay_streams
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral
 

@@ -7,7 +7,7 @@ from mitmproxy.contentviews import Contentview, Metadata
 
 from ..frame_report import render
 from ..observe import METADATA_KEY
-from ..protocols import APIS, api_for_path
+from ..apis import APIS, api_for_path
 
 
 class SwitchyardSseContentview(Contentview):

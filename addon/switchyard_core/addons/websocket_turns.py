@@ -35,9 +35,9 @@ from mitmproxy import ctx, http, websocket
 
 from .. import observe
 from ..observe import METADATA_KEY
-from ..protocols import Decision, ErrorInfo, ErrorPolicy, FrameKind
-from ..protocols.errors import CAPACITY_CODES, rewrite_capacity_codes
-from ..protocols.openai_responses import NAME as RESPONSES, ResponsesStream, error_event_payload
+from ..apis import Decision, ErrorInfo, ErrorPolicy, FrameKind
+from ..apis.errors import CAPACITY_CODES, rewrite_capacity_codes
+from ..apis.openai_responses import NAME as RESPONSES, ResponsesStream, error_event_payload
 from ..redaction import redact, secret_values
 from ..retry import plan_after_failure
 from ..rules.loader import Route

@@ -26,14 +26,14 @@ Why it is safe:
 
 `connect` refuses (and the socket is used) unless the reader and writer are
 asyncio's own and belong to this connection: it reads mitmproxy's internals
-(see addons/relay_streams.py), so anything unexpected falls back.
+(see relay/mitmproxy_reader.py), so anything unexpected falls back.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from .body import Body
+from ..upstreams.body import Body
 
 # while mitmproxy is not reading: how soon to look again, then less and less often
 # (a client that stopped reading for good must not keep the loop busy)
@@ -44,7 +44,7 @@ LAST_LOOK_S = 0.1
 class DirectLine:
     __slots__ = ("_reader", "_transport", "_producer", "_holding", "_poll", "_wait", "_cut")
 
-    def __init__(self, reader: asyncio.StreamReader, transport: asyncio.WriteTransport) -> None:
+    def __init__(self, reader: asyncio.StreamReader, transport: asyncio.Transport) -> None:
         self._reader = reader
         self._transport = transport  # mitmproxy's end of the relay connection
         self._producer: Body | None = None
@@ -63,6 +63,8 @@ class DirectLine:
         if not isinstance(reader, asyncio.StreamReader) or not isinstance(writer, asyncio.StreamWriter):
             return None
         theirs = writer.transport
+        if not isinstance(theirs, asyncio.Transport):  # it must say whether mitmproxy is reading
+            return None
         if (theirs.is_closing() or reader.at_eof() or reader.exception() is not None
                 or ours.get_write_buffer_size()
                 or writer.get_extra_info("sockname") != ours.get_extra_info("peername")

@@ -6,7 +6,7 @@ attempt loop and answers with the winner's stream.  It listens on 127.0.0.1
 only and serves only single-use tokens the addon issued: it is never an open
 proxy.
 
-Each connection from mitmproxy is a `RelayConnection` (relay_connection.py).
+Each connection from mitmproxy is a `RelayConnection` (connection.py).
 
 The head goes to mitmproxy at once, provisional (`x-switchyard-provisional`),
 while the attempt loop works: mitmproxy reads and hooks a response head in
@@ -23,12 +23,12 @@ import logging
 import secrets
 
 from .. import observe
+from ..attempts.loop import AttemptLoop
+from ..exchange import Exchange, OriginalRequest
 from ..faults import FaultPlan
 from ..rules import Route
-from .attempts import AttemptLoop
-from .exchange import Exchange, OriginalRequest
-from .relay_connection import RelayConnection
-from .upstream_client import UpstreamClient
+from ..upstreams.client import UpstreamClient
+from .connection import RelayConnection
 
 RETIRE_MAX_S = 600.0  # a retired relay (the script was reloaded) stops by then whatever is in flight
 UNUSED_TOKEN_GRACE_S = 5.0  # ... and waits this long for flows it issued tokens to just before

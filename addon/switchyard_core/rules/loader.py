@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from ..protocols import api_for_path
-from ..protocols.errors import DEFAULT_RETRY_ON
+from ..apis import api_for_path
+from ..apis.errors import DEFAULT_RETRY_ON
 from .locations import RULES_SIZE_LIMIT, RulesError, compose_with_lines, field_problem, line_of, validation_problems
 from .schema import FaultSpec, RulesFile, Settings, UpstreamSpec
 

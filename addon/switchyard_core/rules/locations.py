@@ -39,7 +39,7 @@ class _BoundedLoader(yaml.SafeLoader):
         self._aliases = 0
         self._sizes: dict[int, int] = {}  # a composed node's size as expanded, by id
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             mark = self.peek_event().start_mark
             self._aliases += 1
@@ -57,6 +57,8 @@ class _BoundedLoader(yaml.SafeLoader):
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
+        if node is None:
+            return None
         size = 1
         if isinstance(node, yaml.SequenceNode):
             size += sum(self._sizes.get(id(item), 1) for item in node.value)

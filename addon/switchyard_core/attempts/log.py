@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 
 from .. import observe
-from ..protocols import ErrorInfo
+from ..apis import ErrorInfo
+from ..exchange import AttemptRecord, Exchange
 from ..redaction import redact, secret_values
-from .exchange import AttemptRecord, Exchange
 
 
 class AttemptLog:

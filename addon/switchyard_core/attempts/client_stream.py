@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from ..protocols import Api
-from .body import Body
+from ..apis import Api
+from ..upstreams.body import Body
 
 SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache")]
 KEEPALIVE_FRAME = b": switchyard keepalive\n\n"

@@ -7,12 +7,12 @@ from collections.abc import Mapping
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from ..apis.openai_responses import OVERLOAD_OUTPUT_TEXT
 from ..faults import DEFAULT_MESSAGE, DEFAULT_STATUS, IN_BODY_KINDS, error_body, error_frame
-from ..protocols.openai_responses import OVERLOAD_OUTPUT_TEXT
 from ..rules.schema import FaultSpec
 from ..sse import Frame, FrameSplitter
-from .body import Body
-from .upstream import Answer
+from ..upstreams.body import Body
+from ..upstreams.messages import Answer
 
 
 class FaultyAnswer:

@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
+from typing import cast
 from urllib.parse import SplitResult, urlsplit
 
 import certifi
 
-from .upstream import ConnectionBroke, ConnectTimeout, UpstreamRequest
-from .upstream_connection import Key, UpstreamAnswer, UpstreamConnection
-
-IDLE_KEEP_S = 15.0  # a pooled connection unused this long is closed
+from .connection import Key, UpstreamAnswer, UpstreamConnection
+from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest
+from .pool import ConnectionPool
 
 
 class UpstreamClient:
@@ -44,8 +44,7 @@ class UpstreamClient:
         self._proxy_auth = ("Basic " + base64.b64encode(proxy_auth.encode()).decode()
                             if proxy_auth and ":" in proxy_auth else None)
         self._tls_context: ssl.SSLContext | None = None
-        self._idle: dict[Key, list[UpstreamConnection]] = {}
-        self._closed = False
+        self._pool = ConnectionPool()
 
     def via(self, proxy: str) -> "UpstreamClient":
         """A client with the same settings that goes through `proxy` (an upstream-mode proxy)."""
@@ -85,7 +84,7 @@ class UpstreamClient:
                 headers.append(("Proxy-Authorization", self._proxy_auth))
         head = _request_head(request.method, target, authority, headers, len(request.body))
         while True:
-            connection = self._pooled(key)
+            connection = self._pool.take(key)
             if connection is None:
                 connection = await self._connect(key, connect_timeout_s)
             try:
@@ -105,7 +104,7 @@ class UpstreamClient:
 
         def made() -> UpstreamConnection:
             nonlocal connection
-            connection = UpstreamConnection(self, key)
+            connection = UpstreamConnection(self._pool, key)
             return connection
 
         tls = self._tls() if scheme == "https" else None
@@ -115,7 +114,7 @@ class UpstreamClient:
                     await loop.create_connection(made, host, port, ssl=tls, server_hostname=name if tls else None)
                 else:
                     proxy_tls = self._tls() if self._proxy.scheme == "https" else None
-                    await loop.create_connection(made, self._proxy.hostname, self._proxy.port or 8080, ssl=proxy_tls,
+                    await loop.create_connection(made, self._proxy.hostname or "", self._proxy.port or 8080, ssl=proxy_tls,
                                                  server_hostname=self._proxy.hostname if proxy_tls else None)
                     assert connection is not None
                     if tls is not None:
@@ -123,7 +122,7 @@ class UpstreamClient:
                                                 self._proxy_auth)
                         assert connection.transport is not None
                         transport = await loop.start_tls(connection.transport, connection, tls, server_hostname=name)
-                        connection.transport = transport  # type: ignore[assignment]
+                        connection.transport = cast(asyncio.Transport, transport)
         except TimeoutError:
             if connection is not None:
                 connection.close()
@@ -135,40 +134,12 @@ class UpstreamClient:
         assert connection is not None
         return connection
 
-    def _pooled(self, key: Key) -> UpstreamConnection | None:
-        idle = self._idle.get(key)
-        while idle:
-            connection = idle.pop()
-            if not connection.closed and connection.transport is not None and not connection.transport.is_closing():
-                connection.reuse()
-                return connection
-        return None
-
-    def release(self, connection: UpstreamConnection) -> None:
-        """An answer was read to its end on a keep-alive connection: keep it for the next."""
-        if self._closed or connection.transport is None or connection.transport.is_closing():
-            connection.close()
-            return
-        if connection.transport.is_reading() is False:
-            connection.transport.resume_reading()  # paused for a slow client: idle, it must see a close
-        connection.idle(asyncio.get_running_loop().call_later(IDLE_KEEP_S, connection.close))
-        self._idle.setdefault(connection.key, []).append(connection)
-
-    def discard(self, connection: UpstreamConnection) -> None:
-        idle = self._idle.get(connection.key)
-        if idle and connection in idle:
-            idle.remove(connection)
-
     @property
     def idle_connections(self) -> int:
-        return sum(len(idle) for idle in self._idle.values())
+        return len(self._pool)
 
     def close(self) -> None:
-        self._closed = True
-        for idle in self._idle.values():
-            for connection in list(idle):
-                connection.close()
-        self._idle.clear()
+        self._pool.close()
 
 
 def _request_head(method: str, target: str, authority: str, headers: list[tuple[str, str]], length: int) -> bytes:

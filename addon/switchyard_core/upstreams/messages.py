@@ -2,7 +2,7 @@
 gets, which answer headers the client gets, and how transport failures read.
 
 Kept apart from the attempt loop so that the loop reads as policy, and from
-`upstream_client` so that these rules can be tested without a network.  Nothing
+the client (`client.py`) so that these rules can be tested without a network.  Nothing
 here reads proxy settings from the environment: the user's HTTPS_PROXY usually
 points at mitmproxy itself.
 """
@@ -19,11 +19,11 @@ from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 
-from ..protocols.base import ErrorInfo
+from ..apis.base import ErrorInfo
+from ..exchange import OriginalRequest
 from ..redaction import looks_like_credential, query_name
 from ..rules import Upstream
 from .body import Body
-from .exchange import OriginalRequest
 
 # Never forwarded: connection-level, recomputed, or ours.
 _HOP_BY_HOP = frozenset(
@@ -220,9 +220,14 @@ class Answer(Protocol):
     answer), so the loop never knows whether a failure was real.
     """
 
-    status: int
-    headers: Mapping[str, str]
-    body: Body
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def body(self) -> Body: ...
 
     def close(self) -> None: ...
 

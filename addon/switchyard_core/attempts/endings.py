@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..protocols import ErrorInfo
-from ..protocols.errors import code_and_type_for_status
-from .attempt_log import AttemptLog
-from .client_side import ClientStream
-from .exchange import AttemptRecord, Exchange
-from .upstream import Answer, forwarded_response_headers
+from ..apis import ErrorInfo
+from ..apis.errors import code_and_type_for_status
+from ..exchange import AttemptRecord, Exchange
+from ..upstreams.messages import Answer, forwarded_response_headers
+from .client_stream import ClientStream
+from .log import AttemptLog
 
 
 @dataclass(slots=True)

@@ -141,9 +141,9 @@ class ChatStream(StreamState):
                         return Classification(
                             FrameKind.FAILURE, "finish_reason", _choice_error(choice, obj)
                         )
-        info = error_info(obj, event_type="bare_json" if event.bare_json else "chunk")
-        if info is not None:
-            return Classification(FrameKind.FAILURE, info.event_type, info)
+        found = error_info(obj, event_type="bare_json" if event.bare_json else "chunk")
+        if found is not None:
+            return Classification(FrameKind.FAILURE, found.event_type, found)
         if self._usage_expected and isinstance(obj.get("usage"), dict):
             self._usage_expected = self._awaiting_usage = False  # it came (alone, or beside a finish)
         if choices is None:

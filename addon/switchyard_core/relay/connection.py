@@ -11,16 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import Protocol, cast
 
 import httptools
 
-from .body import Body
+from ..exchange import AnswerHead, Exchange
+from ..upstreams.body import Body
 from .direct_line import DirectLine
-from .exchange import AnswerHead, Exchange
-
-if TYPE_CHECKING:
-    from .server import Relay
 
 TOKEN_HEADER = "x-switchyard-token"
 PROVISIONAL_HEADER = "x-switchyard-provisional"
@@ -53,11 +50,19 @@ def _head(status: int, headers: list[tuple[str, str]]) -> bytes:
     return "\r\n".join(lines).encode("utf-8", "surrogateescape")
 
 
+class Server(Protocol):
+    """What a connection needs of the relay that accepted it (`server.Relay`)."""
+
+    connections: set[RelayConnection]
+
+    async def serve(self, token: str, sink: RelayConnection) -> None: ...
+
+
 class RelayConnection(asyncio.Protocol):
     """One connection from mitmproxy.  Each request on it is one exchange; the
     connection is also the attempt loop's `ClientSink` for that exchange's answer."""
 
-    def __init__(self, relay: "Relay") -> None:
+    def __init__(self, relay: Server) -> None:
         self.relay = relay
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
@@ -81,7 +86,7 @@ class RelayConnection(asyncio.Protocol):
     # --- asyncio's side ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a TCP server's transports are
         self._send = self.transport.write
         self.relay.connections.add(self)
         self._idle_for(IDLE_CLOSE_S)
@@ -176,7 +181,7 @@ class RelayConnection(asyncio.Protocol):
             return False
         try:
             streams = exchange.mitmproxy_streams()
-        except Exception:  # mitmproxy's internals moved (addons/relay_streams.py): the socket it is
+        except Exception:  # mitmproxy's internals moved (relay/mitmproxy_reader.py): the socket it is
             streams = None
         self._line = DirectLine.connect(streams, self.transport)
         if self._line is None:

@@ -10,24 +10,21 @@ once the attempt has committed hands each read to the gate synchronously.
 One request at a time, answers read to their end before the connection is
 reused; 1xx answers skipped; gzip and deflate decoded (the only codings the
 relay asks for); a body that ends by a reset, or whose compressed stream is
-cut, never ends cleanly.  `upstream_client` opens, pools and reuses these.
+cut, never ends cleanly.  `client.py` opens, pools and reuses these.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from .body import Body
 from .content_coding import DECODED_PER_READ, Decoder, MalformedBody, UnsupportedCoding, decoder_for
-from .upstream import ConnectionBroke
-
-if TYPE_CHECKING:
-    from .upstream_client import UpstreamClient
+from .messages import ConnectionBroke
 
 CONNECT_REPLY_LIMIT = 64 * 1024
 # An answer's head: its bytes (status line and header lines, interim answers' too) and
@@ -56,11 +53,19 @@ class UpstreamAnswer:
         self._connection.abandon(self)
 
 
+class Pool(Protocol):
+    """Where a connection goes once its answer was read to the end, and leaves when it closes."""
+
+    def release(self, connection: UpstreamConnection) -> None: ...
+
+    def discard(self, connection: UpstreamConnection) -> None: ...
+
+
 class UpstreamConnection(asyncio.Protocol):
     """One HTTP/1.1 connection to an upstream (or through a proxy to one)."""
 
-    def __init__(self, client: "UpstreamClient", key: Key) -> None:
-        self.client = client
+    def __init__(self, pool: Pool, key: Key) -> None:
+        self.pool = pool
         self.key = key
         self.transport: asyncio.Transport | None = None
         self.reused = False
@@ -124,7 +129,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
-        self.client.discard(self)
+        self.pool.discard(self)
         self._peer_closed(clean=exc is None)
 
     def pause_reading(self) -> None:
@@ -273,7 +278,7 @@ class UpstreamConnection(asyncio.Protocol):
                     and self._method != "HEAD")
         answer.body.end()
         if reusable:
-            self.client.release(self)
+            self.pool.release(self)
         else:
             self.close()
 

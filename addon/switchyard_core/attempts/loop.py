@@ -19,20 +19,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .. import observe
+from ..apis import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
+from ..apis.errors import http_error_info
+from ..exchange import AttemptRecord, Exchange
 from ..gate import SAID_NOTHING, Gate, GateStep
-from ..protocols import APIS, Api, Classification, Decision, ErrorInfo, ErrorPolicy
-from ..protocols.errors import http_error_info
 from ..redaction import env_secrets, redact_bytes
 from ..retry import Plan, plan_after_failure, retry_after_s
 from ..rules import Upstream
-from .attempt_log import AttemptLog
-from .client_side import ClientSink, ClientStream
-from .endings import Endings
-from .exchange import AttemptRecord, Exchange
-from .faulty_answer import FaultyAnswer
-from .silence import Silence
-from .upstream_client import UpstreamClient
-from .upstream import (
+from ..upstreams.client import UpstreamClient
+from ..upstreams.messages import (
     Answer,
     ConnectTimeout,
     build_request,
@@ -43,6 +38,11 @@ from .upstream import (
     secret_header_names,
     transport_failure,
 )
+from .client_stream import ClientSink, ClientStream
+from .endings import Endings
+from .faulty_answer import FaultyAnswer
+from .log import AttemptLog
+from .read_deadline import Silence
 
 ERROR_BODY_LIMIT = 1024 * 1024
 WHOLE_BODY_MIN_LIMIT = 64 * 1024 * 1024  # non-streaming answers are held whole up to max(this, staging_limit)
@@ -233,17 +233,17 @@ class AttemptLoop:
                 await self._pass_rest(answer, attempt.secrets)
                 return None
         body = redact_bytes(b"".join(chunks), attempt.secrets)
-        info = None
+        body_error: ErrorInfo | None = None
         if "json" in answer.headers.get("Content-Type", "").lower():
             try:
-                info = self.api.body_error(json.loads(body))
+                body_error = self.api.body_error(json.loads(body))
             except (ValueError, RecursionError):
-                info = None
-        if info is not None:
-            failed = self._fail(attempt, info, headers=answer.headers)
+                body_error = None
+        if body_error is not None:
+            failed = self._fail(attempt, body_error, headers=answer.headers)
             answered = self.end.keep(attempt.record, answer, body)
             if failed.plan.action == "give_up":
-                self.end.forward(answered, info)
+                self.end.forward(answered, body_error)
                 return None
             return failed
         if not self._commit_whole(attempt, "body"):

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from ..redaction import looks_like_credential
-from ..rules import Route
+from .redaction import looks_like_credential
+from .rules import Route
 
 if TYPE_CHECKING:
-    from ..faults import FaultPlan
+    from .faults import FaultPlan
 
 
 @dataclass(frozen=True, slots=True)
