@@ -68,3 +68,18 @@ def test_redact_hides_whole_keys_and_a_key_cut_off_at_the_length_limit() -> None
     # a message that was not cut ends where the provider ended it: its tail is no key
     assert redact("the header must start with Bearer sk-live", secrets) == "the header must start with Bearer sk-live"
     assert redact("nothing here", secrets) == "nothing here"
+
+
+@pytest.mark.parametrize("value, shown", [
+    ("clear\x1b[2Jscreen", '"clear\\u001b[2Jscreen"'),  # no space: it would have been written raw
+    ("back\x08\x08space", '"back\\b\\bspace"'),
+    ("c1\x9b31m csi", '"c1\\u009b31m csi"'),
+    ("del\x7f", '"del\\u007f"'),
+    ("bell\x07", '"bell\\u0007"'),
+    ("plain", "plain"),
+    ("é ü", '"é ü"'),
+])
+def test_control_characters_in_a_value_are_escaped_never_written_raw(value: str, shown: str) -> None:
+    line = observe.format_event("switchyard.attempt_failed", message=value)
+    assert line == f"switchyard.attempt_failed message={shown}"
+    assert not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in line)

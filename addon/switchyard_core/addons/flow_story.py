@@ -78,7 +78,7 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange) -> None:
         record = next((r for r in reversed(exchange.attempts) if r.url == answered), None)
         shown = [("Host", urlsplit(answered).netloc), *(record.shown_request_headers() if record else [])]
         request.headers = Headers([(k.encode(), v.encode()) for k, v in shown])
-        request.url = answered
+        request.url = redact_query(answered)  # a credential it was asked to forward is shown as no other
         upstream = next((u for u in exchange.route.upstreams if record and u.name == record.upstream), None)
         if upstream is not None:
             request.raw_content = build_request(original, upstream).body  # with its own model, if it has one
