@@ -353,3 +353,17 @@ def test_anchors_and_aliases_within_bounds_still_work(tmp_path: Path) -> None:
     rules = load_rules(path)
     assert [route.settings.backoff_ms for route in rules.routes] == [10, 10]
     assert [route.upstreams[0].name for route in rules.routes] == ["openai", "openai"]
+
+
+def test_what_variables_filled_in_is_kept_secret_but_a_host_is_not(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host and port are shown wherever the upstream is; a key in the query, `auth` or a
+    header is redacted in whatever comes back from that upstream."""
+    monkeypatch.setenv("SWY_HOST", "backup.example.com")
+    monkeypatch.setenv("SWY_QUERY_KEY", "sk-query-key-123456")
+    monkeypatch.setenv("SWY_AUTH_KEY", "sk-auth-key-654321")
+    path = write(tmp_path, MINIMAL + "      - name: backup\n"
+                 '        url: "https://${SWY_HOST}/v1/chat/completions?key=${SWY_QUERY_KEY}"\n'
+                 '        auth: {header: Authorization, value: "Bearer ${SWY_AUTH_KEY}"}\n')
+    backup = load_rules(path).routes[0].upstreams[1]
+    assert set(backup.env_values) == {"sk-query-key-123456", "sk-auth-key-654321"}

@@ -119,7 +119,7 @@ def default_rules_path(cwd: Path | None = None) -> Path:
 # --- resolution -------------------------------------------------------------
 
 
-def _expand(text: str, missing: set[str], broken: set[str], filled: list[str] | None = None) -> str:
+def _expand(text: str, missing: set[str], broken: set[str], filled: list[tuple[str, str]] | None = None) -> str:
     def sub(found: re.Match[str]) -> str:
         value = os.environ.get(found.group(1))
         if value is None or value == "":
@@ -129,7 +129,7 @@ def _expand(text: str, missing: set[str], broken: set[str], filled: list[str] | 
             broken.add(found.group(1))  # would split a header: never sent
             return ""
         if filled is not None:
-            filled.append(value)
+            filled.append((found.group(1), value))
         return value
 
     return _VAR.sub(sub, text)
@@ -140,7 +140,7 @@ def _resolve_upstream(
 ) -> Upstream | None:
     missing: set[str] = set()
     broken: set[str] = set()
-    filled: list[str] = []
+    filled: list[tuple[str, str]] = []
     url = None if spec.url == "original" else _expand(spec.url, missing, broken, filled)
     auth = (spec.auth.header, _expand(spec.auth.value, missing, broken, filled)) if spec.auth else None
     headers = tuple((name, _expand(value, missing, broken, filled)) for name, value in spec.headers.items())
@@ -160,6 +160,10 @@ def _resolve_upstream(
                         "an http(s) URL")  # the value itself is not shown: it may be a secret put there by mistake
         return None
     secret = {name.lower() for name, value in spec.headers.items() if _VAR.search(value)}
+    # a host and port are shown wherever the upstream is (mitmweb's destination): not secrets
+    written = urlsplit(spec.url)
+    elsewhere = " ".join([written.path, written.query, spec.auth.value if spec.auth else "", *spec.headers.values()])
+    in_host = set(_VAR.findall(written.netloc)) - set(_VAR.findall(elsewhere))
     if spec.auth is not None:
         secret.add(spec.auth.header.lower())
     return Upstream(
@@ -171,7 +175,7 @@ def _resolve_upstream(
         headers=headers,
         display_url=None if spec.url == "original" else spec.url,
         secret_headers=frozenset(secret),
-        env_values=tuple(sorted(set(filled), key=len, reverse=True)),
+        env_values=tuple(sorted({value for name, value in filled if name not in in_host}, key=len, reverse=True)),
         forward_headers=frozenset(name.lower() for name in spec.forward_headers),
         forward_query=frozenset(name.lower() for name in spec.forward_query),
     )
