@@ -460,3 +460,44 @@ def test_a_hostile_rules_file_stops_start_up_at_once_naming_its_line(tmp_path: P
     assert done.returncode != 0
     assert f"{rules}:{line}: {problem}" in output
     assert "Traceback" not in output and "RecursionError" not in output
+
+
+# --- what mitmweb keeps ---------------------------------------------------------------------
+
+
+def test_mitmweb_keeps_a_mebibyte_of_each_failed_attempt_however_much_it_held(
+        tmp_path: Path, provider: FakeProvider) -> None:
+    """Each of 20 fallbacks follows a failed attempt that held 5 MB; mitmweb keeps 1 MiB
+    of each (its attempt flow says it was cut), and grows by about that (measured: 40 MB;
+    113 MB when attempt flows kept everything)."""
+    from tests.support.mitm import free_port
+    import urllib.request
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES.format(p2=provider.ports[1], hostile=1))
+    held = [wire.CHAT_ROLE] * 20_000
+    web = start_mitmdump(rules, tmp_path / "mitmweb.log", web=True, env={"SWY_HOSTILE_KEY": HOSTILE_KEY},
+                         extra_args=["--set", "web_open_browser=false", "--set", f"web_port={free_port()}"])
+    try:
+        provider.reset()
+        env = Env(provider, web, rules)
+        fallbacks = 20
+        provider.script("primary", *[Reply.sse(*held, wire.chat_error(503, "overloaded"))] * (fallbacks + 1))
+        assert env.curl(url(env, "primary"), env.chat_body()).body == BACKUP_BYTES  # warm: the relay is up
+        before = memory_kib(web.process.pid, "VmRSS") / 1024
+        for _ in range(fallbacks):
+            assert env.curl(url(env, "primary"), env.chat_body()).body == BACKUP_BYTES
+        grown = memory_kib(web.process.pid, "VmRSS") / 1024 - before
+        assert grown < 75, f"mitmweb grew by {grown:.0f} MB for {fallbacks} fallbacks"
+        base, _, token = web.web_url.partition("?")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(f"{base.rstrip('/')}/flows?{token}", timeout=10) as answer:
+            flows = json.loads(answer.read())
+        attempts = [f for f in flows if f.get("comment", "").startswith("attempt 1 (chat): primary")]
+        assert len(attempts) == fallbacks + 1
+        assert {f["response"]["contentLength"] for f in attempts} == {1024 * 1024}
+        size = len(b"".join(held)) + len(wire.chat_error(503, "overloaded"))
+        assert all(f["comment"].endswith(f"; answer cut to its first 1048576 of {size} bytes") for f in attempts)
+    finally:
+        web.stop()
+        provider.reset()
