@@ -83,3 +83,8 @@ def test_control_characters_in_a_value_are_escaped_never_written_raw(value: str,
     line = observe.format_event("switchyard.attempt_failed", message=value)
     assert line == f"switchyard.attempt_failed message={shown}"
     assert not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in line)
+
+
+def test_lines_written_whole_keep_their_line_breaks_and_lose_their_control_characters() -> None:
+    assert observe.printable("rules.yaml:3: routes[0].\x1b[2Jname: bad\nrules.yaml:4: x\x08") == \
+        "rules.yaml:3: routes[0].\\u001b[2Jname: bad\nrules.yaml:4: x\\u0008"

@@ -41,6 +41,12 @@ def _escape(found: re.Match[str]) -> str:
     return f"\\u{ord(found.group()):04x}"
 
 
+def printable(text: str) -> str:
+    """Lines written whole (a rules file's problems, one per line): control
+    characters escaped as in values, line breaks kept."""
+    return "\n".join(_CONTROL.sub(_escape, line) for line in text.split("\n"))
+
+
 def format_event(name: str, **fields: Any) -> str:
     parts = [name]
     for key, value in fields.items():

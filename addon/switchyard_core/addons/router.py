@@ -286,7 +286,7 @@ class Router:
             lines.append(f"relay: 127.0.0.1:{relay.port}, in flight={relay.in_flight}, unused tokens={relay.pending}, "
                          f"answers={relay.answers} (in-process={relay.direct_answers})")
         text = "\n".join(lines)
-        observe.log.info(text)
+        observe.log.info(observe.printable(text))
         return text
 
 
