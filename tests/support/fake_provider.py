@@ -76,6 +76,7 @@ class Call:
     path: str
     headers: dict[str, str]
     body: bytes
+    query: str = ""  # as it came, undecoded
 
     def json(self) -> object:
         return json.loads(self.body)
@@ -126,7 +127,8 @@ class FakeProvider:
         body = await request.read()
         port = request.transport.get_extra_info("sockname")[1] if request.transport else 0
         with self._lock:
-            self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body))
+            self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body,
+                                   request.query_string))
             queue = self._scripts.get(upstream)
             reply = queue.popleft() if queue else None
             self._in_flight += 1
