@@ -125,3 +125,27 @@ def test_names_that_look_like_credentials(name: str) -> None:
 ])
 def test_names_that_do_not(name: str) -> None:
     assert not looks_like_credential(name)
+
+
+async def test_a_backups_own_key_echoed_back_is_redacted_in_its_attempt_flow(
+        tmp_path: Path, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWY_BOUNDS_KEY", "sk-bounds-KEY-0a1b2c3d")
+    provider.script("primary", Reply.sse(wire.chat_error(503, "provider overloaded")))
+    provider.script("backup", Reply.json(429, {"error": {"message": "Rate limit for key sk-bounds-KEY-0a1b2c3d",
+                                                         "type": "rate_limit_error"}}))
+    path = rules(tmp_path, provider, '        auth: {header: Authorization, value: "Bearer ${SWY_BOUNDS_KEY}"}\n'
+                                     "        retries: 0\n")
+    keeper, view = RulesKeeper(), View()
+    router = Router(keeper)
+    with taddons.context(keeper, router, view) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(path))
+        flow = the_flow(provider)
+        view.add([flow])
+        body = await play(router, flow)
+        assert b"sk-bounds-KEY" not in body and b"Rate limit for key [redacted]" in body
+        shown = [f for f in view if f is not flow]
+        assert [f.metadata["switchyard"]["upstream"] for f in shown] == ["primary", "backup"]
+        assert b"Rate limit for key [redacted]" in shown[1].response.content
+        assert all(b"sk-bounds-KEY" not in (f.response.content if f.response else b"") for f in shown)
+        assert shown[1].metadata["switchyard"]["message"] == "Rate limit for key [redacted]"
+        router.done()
