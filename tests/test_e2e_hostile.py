@@ -500,3 +500,10 @@ def test_mitmweb_keeps_a_mebibyte_of_each_failed_attempt_however_much_it_held(
     finally:
         web.stop()
         provider.reset()
+
+
+def test_a_backups_own_key_echoed_in_its_answer_never_reaches_the_client(env: Env) -> None:
+    env.provider.script("backup", Reply.sse(*wire.chat_stream(f"your key is {HOSTILE_KEY} ok")))
+    result = env.curl(url(env, "echo"), env.chat_body())
+    assert result.body == b"".join(wire.chat_stream(f"your key is {HOSTILE_KEY} ok")).replace(
+        HOSTILE_KEY.encode(), b"[redacted]")

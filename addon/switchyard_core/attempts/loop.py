@@ -64,7 +64,7 @@ class _Try:
     has_next: bool
     record: AttemptRecord
     # what the upstream's `${VAR}`s hold: never passed on, should it echo them (a failure
-    # that says which key it refused); a committed stream is passed as sent
+    # that says which key it refused)
     secrets: tuple[bytes, ...] = ()
 
 
@@ -289,7 +289,7 @@ class AttemptLoop:
         body = answer.body
         silence = self._silence(answer)
         touch = silence.touch
-        write = self.client.write
+        write = self._writer(attempt.secrets)
         passes = gate.passes
         failures: list[Classification] = []
 
@@ -387,7 +387,7 @@ class AttemptLoop:
         if step.failures_after_output:
             self._suppressed(step, attempt)
         if step.emit:
-            self.client.write(step.emit)
+            self.client.write(redact_bytes(step.emit, attempt.secrets) if attempt.secrets else step.emit)
 
     def _suppressed(self, step: GateStep, attempt: _Try) -> None:
         record = attempt.record
@@ -408,11 +408,11 @@ class AttemptLoop:
         claim a complete answer)."""
         silence = self._silence(answer)
         touch = silence.touch
-        write = self.client.write
+        write = self._writer(secrets)
 
         def timed(chunk: bytes) -> None:
             touch()
-            write(redact_bytes(chunk, secrets) if secrets else chunk)
+            write(chunk)
 
         silence.expect_by(self.settings.idle_timeout_s or None)
         try:
@@ -421,6 +421,18 @@ class AttemptLoop:
             broke = True
         if broke:
             self.client.cut()
+
+    def _writer(self, secrets: tuple[bytes, ...]) -> Callable[[bytes], None]:
+        """The client's write, redacting what the upstream's `${VAR}`s hold read by read (a
+        value split across two reads is not seen); plain where it has none, the usual case."""
+        write = self.client.write
+        if not secrets:
+            return write
+
+        def redacting(chunk: bytes) -> None:
+            write(redact_bytes(chunk, secrets))
+
+        return redacting
 
     def _silence(self, answer: Answer) -> Silence:
         """A read deadline for `answer`; quiet while the client holds it back does not count."""
