@@ -33,6 +33,8 @@ Completions answers shaped like OpenAI's: a role frame, N content frames paced
                                data: {"error":{"code":503,"message":"provider overloaded"}}
                                then the body ends            (port 1)
   /backup/v1/chat/completions  a normal answer              (port 2, another origin)
+  /cut/v1/chat/completions     the role frame and three content frames, then the
+                               connection is reset           (port 1)
 
 Figures, per concurrency level:
   TTFB   request sent -> first body byte
@@ -53,6 +55,14 @@ Figures, per concurrency level:
          — what a client without Switchyard would have to do.  "added" is that
          time minus (the failing upstream's direct time-to-error + the backup's
          direct TTFT), both medians from the direct cells of the same run.
+  continue after cut (switchyard only): the `/cut/` answer breaks after three
+         content frames; its route has `continue_after_cut: [prefill]` and a
+         backup with `prefill: true`, which answers the continuation request
+         normally.  The figure is the client's time from the last content frame
+         before the cut to the first continued one: noticing the reset, asking
+         the backup, and the backup's own first content (its pacing included,
+         like the fallback row's).  Without Switchyard there is nothing to
+         compare: a client re-runs the whole request.
 
 Clients are asyncio aiohttp sessions (trust_env=False), one per path, kept for
 the whole run like a long-lived SDK client; a warm-up burst at the highest
@@ -140,6 +150,7 @@ REQUEST_HEADERS = {
 CONTENT_MARK = b'"delta":{"content":"'  # a content frame; the role frame has "role" first
 ERROR_MARK = b'"error":'
 DONE = b"data: [DONE]\n\n"
+CUT_AFTER = 3  # content frames the /cut/ answer sends before its connection is reset
 HOLD_FIELD = "bench_hold_ms"  # in a request body: the staging-phase answer (see the module docstring)
 STAGING_TOKENS_MAX = 20
 STAGING_TARGET_MB = 300.0  # issue 6: switchyard's staging peak at most this much beyond plain mitmdump's
@@ -339,6 +350,14 @@ async def _serve(tokens: int, gap_s: float, max_lifetime_s: float) -> None:
         frames = cache.get((upstream, n))
         if frames is None:
             frames = cache[(upstream, n)] = answer_frames(upstream, n)
+        if upstream == "cut":
+            await response.write(frames[0])
+            for frame in frames[1:1 + CUT_AFTER]:
+                await asyncio.sleep(gap_s)
+                await response.write(frame)
+            assert request.transport is not None
+            request.transport.abort()  # a reset after output: the continuation's case
+            return response
         await response.write(frames[0])  # role frame at once
         for frame in frames[1:-2]:  # content frames and the finish frame, paced like a model
             await asyncio.sleep(gap_s)
@@ -490,6 +509,15 @@ defaults:
   headers_timeout_s: 30
   idle_timeout_s: 60
 routes:
+  - name: bench-cut             # the continue-after-cut scenario
+    match: {{host: 127.0.0.1, path: /cut/v1/chat/completions}}
+    continue_after_cut: [prefill]
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
+      - name: backup
+        url: http://127.0.0.1:{backup_port}/backup/v1/chat/completions
+        auth: {{header: Authorization, value: "Bearer {backup_key}"}}
+        prefill: true
   - name: bench-chat
     match: {{host: 127.0.0.1, path: "/*/v1/chat/completions"}}
     upstreams:
@@ -717,6 +745,7 @@ class Sample:
     upstream: str | None = None  # whose answer arrived (from the chunk id)
     tte: float | None = None  # fallback, client side: time to the failing upstream's error frame
     backup_ttft: float | None = None  # fallback, client side: backup request -> first content
+    cut_gap: float | None = None  # continue: last content before the cut -> first continued content
     error: str | None = None
 
 
@@ -763,6 +792,25 @@ async def read_stream(session: Any, url: str, proxy: str | None, t0: float) -> R
                     resp.headers.get("x-switchyard-upstream"))
 
 
+async def read_cut_stream(session: Any, url: str, proxy: str | None) -> tuple[int, float | None, int, bool, bytes]:
+    """POST to the /cut/ path; (status, time from the CUT_AFTER-th content frame to the
+    next one, content frames, ended with [DONE], the last bytes)."""
+    perf = time.perf_counter
+    async with session.post(url, data=REQUEST_BODY, headers=REQUEST_HEADERS, proxy=proxy) as resp:
+        body = bytearray()
+        at_cut = gap = None
+        async for chunk in resp.content.iter_any():
+            now = perf()
+            body += chunk
+            if gap is None:
+                seen = body.count(CONTENT_MARK)  # a mark split between reads is counted once whole
+                if at_cut is None and seen >= CUT_AFTER:
+                    at_cut = now
+                if at_cut is not None and seen > CUT_AFTER:
+                    gap = now - at_cut
+        return resp.status, gap, body.count(CONTENT_MARK), body.endswith(DONE), bytes(body[-200:])
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, ports: list[int], proxies: dict[str, tuple[int | None, str | None]],
                  upstream_pid: int) -> None:
@@ -770,6 +818,7 @@ class Bench:
         self.ok_url = f"http://127.0.0.1:{ports[0]}/ok/v1/chat/completions"
         self.fail_url = f"http://127.0.0.1:{ports[0]}/fail/v1/chat/completions"
         self.backup_url = f"http://127.0.0.1:{ports[1]}/backup/v1/chat/completions"
+        self.cut_url = f"http://127.0.0.1:{ports[0]}/cut/v1/chat/completions"
         self.proxies = proxies  # path -> (pid, proxy url)
         self.upstream_pid = upstream_pid
         self.all_pids = [upstream_pid] + [pid for pid, _ in proxies.values() if pid]
@@ -850,11 +899,27 @@ class Bench:
             error=error,
         )
 
+    async def cont(self, path: str) -> Sample:
+        """Switchyard only: a stream cut after output, finished by the prefill backup."""
+        _, proxy = self.proxies[path]
+        status, gap, frames, done, tail = await read_cut_stream(self.sessions[path], self.cut_url, proxy)
+        want = CUT_AFTER + self.args.tokens  # the backup's whole (normal) answer continues the text
+        error = None
+        if status != 200:
+            error = f"status {status}"
+        elif not done:
+            error = f"no [DONE] at the end: {tail[-120:]!r}"
+        elif frames != want:
+            error = f"{frames} content frames, wanted {want}"
+        elif gap is None:
+            error = "no continued content"
+        return Sample(error is None, cut_gap=gap, error=error)
+
     # --- one cell: n streams on one path at concurrency c ------------------------------
 
     async def cell(self, path: str, kind: str, concurrency: int, n: int, round_no: int | None) -> dict[str, Any]:
         pid, _ = self.proxies[path]
-        run_one = self.happy if kind == "happy" else self.fallback
+        run_one = {"happy": self.happy, "fallback": self.fallback, "continue": self.cont}[kind]
         queue = list(range(n))
         samples: list[Sample] = []
 
@@ -1157,7 +1222,7 @@ def median(values: list[float]) -> float | None:
 def summarize(cells: list[dict[str, Any]], rss_peak_kb: dict[tuple[str, int], int], concurrency: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c in concurrency:
-        for kind in ("happy", "fallback"):
+        for kind in ("happy", "fallback", "continue"):
             for path in PATHS:
                 mine = [cell for cell in cells if cell["path"] == path and cell["kind"] == kind and cell["concurrency"] == c]
                 if not mine:
@@ -1174,7 +1239,7 @@ def summarize(cells: list[dict[str, Any]], rss_peak_kb: dict[tuple[str, int], in
                     "failed": len(samples) - len(good),
                     "errors": sorted({s["error"] for s in samples if s["error"]})[:5],
                 }
-                for name in ("ttfb", "ttft", "ttlb", "tte", "backup_ttft"):
+                for name in ("ttfb", "ttft", "ttlb", "tte", "backup_ttft", "cut_gap"):
                     values = col(name)
                     if values:
                         entry[name] = {"median": median(values), "p99": percentile(values, 99), "n": len(values)}
@@ -1260,6 +1325,14 @@ def report(summary: dict[str, Any], concurrency: list[int]) -> str:
         row(c, "fallback: proxy CPU per stream (ms)",
             {p: get("fallback", c, p, "proxy_cpu_s_per_stream", scale=1000) for p in PATHS})
         row(c, "fallback: failed streams", {p: get("fallback", c, p, "failed") for p in PATHS}, 0)
+        row(c, "continue after cut: cut to first continued content, median (ms)",
+            {p: get("continue", c, p, "cut_gap", "median", scale=1000) for p in PATHS}, diff=False)
+        row(c, "continue after cut: cut to first continued content, p99 (ms)",
+            {p: get("continue", c, p, "cut_gap", "p99", scale=1000) for p in PATHS}, diff=False)
+        row(c, "continue after cut: added beyond direct backup TTFT (ms)",
+            {p: None if get("continue", c, p, "cut_gap", "median") is None or ref_backup is None
+             else get("continue", c, p, "cut_gap", "median", scale=1000) - ref_backup for p in PATHS}, diff=False)
+        row(c, "continue after cut: failed streams", {p: get("continue", c, p, "failed") for p in PATHS}, 0, diff=False)
     return "\n".join(lines)
 
 
@@ -1284,16 +1357,20 @@ async def run(args: argparse.Namespace, ports: list[int], proxies: dict[str, tup
             fails = [s["error"] for s in warm["samples"] if not s["ok"]]
             if fails:
                 raise RuntimeError(f"fallback warm-up on {path} failed: {fails[:3]}")
+        warm = await bench.cell("switchyard", "continue", min(top, 10), min(top, 10), None)
+        fails = [s["error"] for s in warm["samples"] if not s["ok"]]
+        if fails:
+            raise RuntimeError(f"continue-after-cut warm-up failed: {fails[:3]}")
         idle_rss = {path: rss_kb(proxies[path][0]) / 1024 for path in PATHS if proxies[path][0]}
         if measuring is not None:
             measuring()
         for round_no in range(args.rounds):
             for c in args.concurrency:
-                for kind in ("happy", "fallback"):
+                for kind in ("happy", "fallback", "continue"):
                     n = (max(args.streams, c * args.waves) if kind == "happy"
                          else max(args.fallback_streams, c))
                     shift = (round_no + (kind == "fallback")) % len(PATHS)
-                    order = PATHS[shift:] + PATHS[:shift]
+                    order = PATHS[shift:] + PATHS[:shift] if kind != "continue" else ("switchyard",)
                     for path in order:
                         cell = await bench.cell(path, kind, c, n, round_no)
                         bad = sum(1 for s in cell["samples"] if not s["ok"])

@@ -367,3 +367,75 @@ def test_what_variables_filled_in_is_kept_secret_but_a_host_is_not(tmp_path: Pat
                  '        auth: {header: Authorization, value: "Bearer ${SWY_AUTH_KEY}"}\n')
     backup = load_rules(path).routes[0].upstreams[1]
     assert set(backup.env_values) == {"sk-query-key-123456", "sk-auth-key-654321"}
+
+
+def test_continue_after_cut_and_prefill_keys_are_read(tmp_path: Path) -> None:
+    rules = load_rules(write(tmp_path, """\
+        version: 1
+        defaults:
+          continue_after_cut: [prefill, regenerate]
+        routes:
+          - name: chat
+            match: {path: /v1/chat/completions}
+            upstreams:
+              - name: openai
+                url: original
+              - name: vllm
+                url: http://127.0.0.1:8000/v1/chat/completions
+                prefill: true
+                prefill_body: {continue_final_message: true, add_generation_prompt: false}
+                prefill_message: {prefix: true}
+          - name: plain
+            match: {path: /v1/messages}
+            continue_after_cut: []
+            upstreams:
+              - {name: anthropic, url: original}
+        """))
+    chat, plain = rules.routes
+    assert chat.settings.continue_after_cut == ("prefill", "regenerate")
+    assert plain.settings.continue_after_cut == ()
+    openai, vllm = chat.upstreams
+    assert (openai.prefill, dict(openai.prefill_body)) == (False, {})
+    assert vllm.prefill and dict(vllm.prefill_body) == {"continue_final_message": True, "add_generation_prompt": False}
+    assert dict(vllm.prefill_message) == {"prefix": True}
+
+
+def test_continue_after_cut_is_off_unless_asked_for(tmp_path: Path) -> None:
+    assert load_rules(write(tmp_path, MINIMAL)).routes[0].settings.continue_after_cut == ()
+
+
+@pytest.mark.parametrize("extra,line,field,words", [
+    ("    continue_after_cut: [prefill, replay]\n", 5, "routes[0].continue_after_cut[1]", "'prefill' or 'regenerate'"),
+    ("    continue_after_cut: [regenerate, regenerate]\n", 5, "routes[0].continue_after_cut:", "more than once"),
+    ("        prefill_body: {stream: false}\n", 8, "routes[0].upstreams[0].prefill_body", "stream cannot be set"),
+    ("        prefill_message: {prefix: true}\n", 8, "routes[0].upstreams[0].prefill_message", "only with prefill: true"),
+    ("        prefill: maybe\n", 8, "routes[0].upstreams[0].prefill", "boolean"),
+])
+def test_continuation_keys_are_checked_with_file_line_and_field(tmp_path: Path, extra: str, line: int, field: str,
+                                                               words: str) -> None:
+    if extra.startswith("        "):
+        text = MINIMAL + extra
+    else:
+        text = MINIMAL.replace("    upstreams:\n", extra + "    upstreams:\n")
+    message = error_of(tmp_path, text)
+    assert f"rules.yaml:{line}: {field}" in message and words in message, message
+
+
+@pytest.mark.parametrize("path,prefill,warned", [
+    ("/v1/chat/completions", False, "no upstream says prefill: true"),
+    ("/v1/responses", True, "openai-responses has no prefill (Chat Completions and Anthropic Messages have)"),
+    ("/v1/messages", True, None),
+])
+def test_a_prefill_strategy_that_can_never_run_is_warned_about(tmp_path: Path, path: str, prefill: bool,
+                                                               warned: str | None) -> None:
+    text = MINIMAL.replace("/v1/chat/completions", path).replace(
+        "    upstreams:\n", "    continue_after_cut: [prefill, regenerate]\n    upstreams:\n")
+    if prefill:
+        text += "        prefill: true\n"
+    rules = load_rules(write(tmp_path, text))
+    assert rules.routes[0].settings.continue_after_cut == ("prefill", "regenerate")
+    if warned is None:
+        assert rules.warnings == ()
+    else:
+        assert rules.warnings == (f"{tmp_path / 'rules.yaml'}:3: route 'chat': continue_after_cut's prefill does "
+                                  f"nothing here: {warned}",)

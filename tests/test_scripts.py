@@ -135,6 +135,10 @@ def test_the_benchmark_runs_every_path_and_every_stream_arrives_whole(tmp_path: 
             for path in ("direct", "plain", "switchyard"):
                 cell = summary[f"{kind}/c{c}/{path}"]
                 assert cell["streams"] >= c and cell["failed"] == 0, (kind, c, path, cell["errors"])
+    for c in (1, 4):  # a stream cut after output, continued by the prefill backup, whole
+        cell = summary[f"continue/c{c}/switchyard"]
+        assert cell["streams"] >= c and cell["failed"] == 0 and cell["cut_gap"]["n"] == cell["streams"], cell["errors"]
     report = done.stdout.decode()
     assert "| 4 | proxy CPU per stream (ms) |" in report
+    assert "| 1 | continue after cut: cut to first continued content, median (ms) |" in report
     assert "switchyard's peak − before at most 300 MB beyond plain mitmdump's" in report

@@ -63,7 +63,9 @@ class AttemptRecord:
     upstream: str
     url: str
     started: float
-    outcome: str = "pending"  # committed | retry | next_upstream | fatal | give_up
+    # committed | retry | next_upstream | fatal | give_up; a continuation's: continued |
+    # continuation_failed (nothing reached the client) | continuation_broke (some text did)
+    outcome: str = "pending"
     phase: str = "connect"  # connect | headers | staging | body | output | forwarded
     status: int | None = None
     code: str | None = None
@@ -72,6 +74,7 @@ class AttemptRecord:
     request_id: str | None = None
     duration_s: float | None = None
     fault: str | None = None  # the injected fault, if this attempt's failure was made on purpose
+    continuation: str | None = None  # prefill | regenerate: this attempt finishes a cut answer
     # for the attempt's own flow in mitmweb (not in metadata): what was sent and what came back
     request_headers: tuple[tuple[str, str], ...] = ()
     secret_headers: frozenset[str] = frozenset()  # names in request_headers never to show
@@ -82,7 +85,7 @@ class AttemptRecord:
                 for name, value in self.request_headers]
 
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
-               "event_type", "request_id", "duration_s", "fault")
+               "event_type", "request_id", "duration_s", "fault", "continuation")
 
     def finish(self, outcome: str) -> None:
         self.outcome = outcome
@@ -117,7 +120,7 @@ class Exchange:
     faults: "FaultPlan | None" = None
     provisional_head: bool = False  # the relay may answer mitmproxy before the real head is known
     head: "asyncio.Future[AnswerHead] | None" = None  # set when the relay begins such an answer
-    # committed | gave_up | exhausted | stream_cut | stream_stalled | client_gone | internal_error
+    # committed | continued | gave_up | exhausted | stream_cut | stream_stalled | client_gone | internal_error
     outcome: str = "pending"
     # mitmproxy's own reader and writer of the relay connection this exchange comes on,
     # if they can be found (then the answer goes to mitmproxy in-process: relay/direct_line.py)

@@ -68,7 +68,9 @@ def story_lines(story: dict[str, Any]) -> list[str]:
             continue  # metadata another addon or a hand-edited flow file changed: show what makes sense
         what = " ".join(str(attempt[k]) for k in ("status", "code", "message") if attempt.get(k))
         took = f" in {attempt['duration_s']:g}s" if isinstance(attempt.get("duration_s"), int | float) else ""
-        lines.append(f"  attempt {attempt.get('attempt')} {attempt.get('upstream')}: {attempt.get('outcome')} "
+        strategy = attempt.get("continuation")  # a try to finish a cut answer
+        by = f" ({strategy} after the cut)" if strategy else ""
+        lines.append(f"  attempt {attempt.get('attempt')} {attempt.get('upstream')}: {attempt.get('outcome')}{by} "
                      f"({attempt.get('phase')}{took}){': ' + what if what else ''}")
     return lines + [""]
 

@@ -105,7 +105,7 @@ def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) ->
         "attempts": attempts,
         "suppressed_failover": exchange.suppressed_failover,
     }
-    failed = [r for r in exchange.attempts if r.outcome not in ("committed", "pending")]
+    failed = [r for r in exchange.attempts if r.outcome not in ("committed", "pending") and not r.continuation]
     if failed:
         counters["failed_attempts"] += len(failed)
         first = failed[0]
@@ -128,7 +128,27 @@ def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) ->
             what = _what(last)
             note = f"{last.upstream}: {what or 'a failure'} after output: forwarded, never replayed"
             flow.comment = f"{flow.comment}; then {note}" if flow.comment else note
+    _continuations(flow, exchange, counters)
     counters["attempts"] += len(exchange.attempts)
+
+
+def _continuations(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) -> None:
+    """After a cut: who finished the answer, or that nothing could."""
+    tries = [r for r in exchange.attempts if r.continuation]
+    if not tries:
+        return
+    cut = next((r for r in reversed(exchange.attempts) if r.outcome == "committed"), None)
+    what = f"{cut.upstream}: {cut.message or 'cut after output'}" if cut else "cut after output"
+    if exchange.outcome == "continued":
+        counters["continued_after_cut"] += 1
+        last = tries[-1]
+        note = f"{what} → {last.upstream} continued it ({last.continuation})"
+        flow.marked = ":arrows_counterclockwise:"
+    else:
+        counters["continuations_failed"] += 1
+        note = f"{what} → {len(tries)} continuation(s) failed; {exchange.outcome}"
+        flow.marked = ":warning:"
+    flow.comment = f"{flow.comment}; then {note}" if flow.comment else note
 
 
 def show_attempts(flow: http.HTTPFlow, exchange: Exchange) -> None:
@@ -172,9 +192,11 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
     attempt.metadata[METADATA_KEY] = {"attempt_of": flow.id, "route": exchange.route.name, "api": exchange.route.api,
                                       **record.as_dict(), "url": url}
     what = _what(record)
+    if record.continuation:
+        what = f"{record.continuation} continuation{': ' + what if what else ''}"
     attempt.comment = (f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; "
                        f"request body omitted{cut}")
-    attempt.marked = ":red_circle:"
+    attempt.marked = ":arrows_counterclockwise:" if record.outcome == "continued" else ":red_circle:"
     return attempt
 
 

@@ -269,17 +269,21 @@ class Router:
         rules = self.keeper.rules
         lines = [f"rules: {rules.source if rules else '(none loaded)'}"]
         for route in rules.routes if rules else ():
-            lines.append(f"route {route.name} ({route.api})")
+            strategies = route.settings.continue_after_cut
+            lines.append(f"route {route.name} ({route.api})"
+                         + (f"; continue_after_cut={','.join(strategies)}" if strategies else ""))
             for upstream in route.upstreams:
                 where = "original destination" if upstream.is_original else upstream.display_url
                 auth = "own auth set" if upstream.auth else ("client's credentials" if upstream.is_original else "no auth")
-                lines.append(f"  upstream {upstream.name}: {where}; {auth}; retries={upstream.retries}")
+                lines.append(f"  upstream {upstream.name}: {where}; {auth}; retries={upstream.retries}"
+                             + ("; prefill" if upstream.prefill else ""))
         for warning in rules.warnings if rules else ():
             lines.append(f"warning: {warning}")
         if self.keeper.faults is not None:
             lines.extend(f"fault: {line}" for line in self.keeper.faults.describe())
         counts = ", ".join(f"{k}={self.counters[k]}" for k in ("routed", "attempts", "failed_attempts", "retries_answered",
-                                                             "fallbacks", "suppressed_failovers"))
+                                                             "fallbacks", "suppressed_failovers",
+                                                             "continued_after_cut", "continuations_failed"))
         lines.append(f"counters: {counts}")
         if self.relay is not None:
             relay = self.relay

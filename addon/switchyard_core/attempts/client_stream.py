@@ -47,6 +47,14 @@ class ClientStream:
         self.attempts = 0  # shown in x-switchyard-attempts
         self._tail = b""  # the last bytes written
         self._keepalive: asyncio.TimerHandle | None = None
+        # every byte the client got, while a cut answer may be continued (None: not kept, or too long)
+        self.transcript: bytearray | None = None
+        self._transcript_limit = 0
+
+    def keep_transcript(self, limit: int) -> None:
+        """Keep what is written, up to `limit` bytes, to know what a continuation must not repeat."""
+        self.transcript = bytearray()
+        self._transcript_limit = limit
 
     @property
     def headers_sent(self) -> bool:
@@ -70,6 +78,12 @@ class ClientStream:
         if data:
             self.sink.write(data)
             self._tail = data[-4:]
+            kept = self.transcript
+            if kept is not None:
+                if len(kept) + len(data) > self._transcript_limit:
+                    self.transcript = None
+                else:
+                    kept += data
 
     def cut(self) -> None:
         """A body forwarded as sent broke: end it so that the client sees a cut."""

@@ -39,6 +39,7 @@ from ..upstreams.messages import (
     transport_failure,
 )
 from .client_stream import ClientSink, ClientStream
+from .continuation import Continuation
 from .endings import Endings
 from .faulty_answer import FaultyAnswer
 from .log import AttemptLog
@@ -79,6 +80,9 @@ class AttemptLoop:
         self.client = ClientStream(sink, self.api)
         self.log = AttemptLog(exchange)
         self.end = Endings(exchange, self.client, self.log)
+        self.continuation = Continuation(exchange, self.api, http, self.client, self.log, self._pipe, self._silence)
+        if self.continuation.wanted:
+            self.client.keep_transcript(self.settings.staging_limit)
 
     # --- the loop -------------------------------------------------------------------
 
@@ -320,8 +324,8 @@ class AttemptLoop:
         except TimeoutError:
             if gate.committed:
                 if not gate.complete:  # after the API's end marker, quiet is no stall: the answer is whole
-                    self.end.cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
-                                  "stream_stalled")
+                    await self._cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
+                                    "stream_stalled")
                 return None
             waited = min(t for t in (settings.request_timeout_s, first_output_s) if t)  # the deadline that passed
             what = f"no output within {waited:g}s"
@@ -333,7 +337,7 @@ class AttemptLoop:
             if not gate.committed:
                 return self._fail(attempt, transport_failure(error))
             if not gate.complete:
-                self.end.cut(record, "upstream connection broke after output", "stream_cut")
+                await self._cut(record, "upstream connection broke after output", "stream_cut")
             return None
         # the upstream body ended
         # an end marker in an unterminated last frame reaches no client (an event is
@@ -347,12 +351,16 @@ class AttemptLoop:
             # and the in-band error must not run into it
             step.emit = b""
         self._output(step, attempt, answer)
-        self._ended(whole, record)
+        if not whole and not self.exchange.suppressed_failover:
+            await self._cut(record, "upstream ended the stream before completing the answer", "stream_cut")
         return None
 
-    def _ended(self, whole: bool, record: AttemptRecord) -> None:
-        if not whole and not self.exchange.suppressed_failover:
-            self.end.cut(record, "upstream ended the stream before completing the answer", "stream_cut")
+    async def _cut(self, record: AttemptRecord, message: str, code: str) -> None:
+        """A committed answer broke off: finished by a continuation where the route asks
+        for one and it succeeds, else ended with this (the original) cut."""
+        if self.continuation.wanted and await self.continuation.finish(record, message):
+            return
+        self.end.cut(record, message, code)
 
     async def _failed_in_stream(self, failure: Classification, gate: Gate, answer: Answer,
                                 attempt: _Try) -> _Failed | None:

@@ -13,13 +13,15 @@ import re
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
 from ..apis import api_for_path
 from ..apis.errors import DEFAULT_RETRY_ON
+from ..continuation.request import PREFILL_APIS
 from .locations import RULES_SIZE_LIMIT, RulesError, compose_with_lines, field_problem, line_of, validation_problems
 from .schema import FaultSpec, RulesFile, Settings, UpstreamSpec
 
@@ -44,6 +46,7 @@ class AttemptSettings:
     staging_limit: int = 8 * 1024 * 1024
     rewrite_capacity_codes: bool = True
     retry_on: frozenset[int] = DEFAULT_RETRY_ON
+    continue_after_cut: tuple[str, ...] = ()  # strategies, in order; () keeps a cut a clean error
 
     def overlay(self, spec: Settings) -> "AttemptSettings":
         """These settings with those `spec` sets (a route's over the defaults)."""
@@ -51,7 +54,7 @@ class AttemptSettings:
         for name in Settings.model_fields:
             value = getattr(spec, name)
             if value is not None:
-                changes[name] = frozenset(value) if name == "retry_on" else value
+                changes[name] = frozenset(value) if name == "retry_on" else tuple(value) if isinstance(value, list) else value
         return replace(self, **changes)
 
 
@@ -68,6 +71,10 @@ class Upstream:
     env_values: tuple[str, ...] = ()  # what `${VAR}`s were filled with: never shown, never passed on
     forward_headers: frozenset[str] = frozenset()  # lowercased: the client's, sent although they look like credentials
     forward_query: frozenset[str] = frozenset()
+    prefill: bool = False  # continues a conversation that ends in an assistant message
+    # merged into a prefill request's top level, and into its final assistant message
+    prefill_body: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    prefill_message: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @property
     def is_original(self) -> bool:
@@ -178,6 +185,9 @@ def _resolve_upstream(
         env_values=tuple(sorted({value for name, value in filled if name not in in_host}, key=len, reverse=True)),
         forward_headers=frozenset(name.lower() for name in spec.forward_headers),
         forward_query=frozenset(name.lower() for name in spec.forward_query),
+        prefill=spec.prefill,
+        prefill_body=MappingProxyType(dict(spec.prefill_body or {})),
+        prefill_message=MappingProxyType(dict(spec.prefill_message or {})),
     )
 
 
@@ -213,6 +223,17 @@ def _http_url_problem(url: str) -> str | None:
         return "its port must be a number from 1 to 65535"
     if not parts.hostname:
         return "has no host"
+    return None
+
+
+def _idle_prefill(api: str, strategies: tuple[str, ...], upstreams: list[Upstream]) -> str | None:
+    """Why a route's `prefill` strategy can never run, if it cannot."""
+    if "prefill" not in strategies:
+        return None
+    if api not in PREFILL_APIS:
+        return f"{api} has no prefill (Chat Completions and Anthropic Messages have)"
+    if not any(upstream.prefill for upstream in upstreams):
+        return "no upstream says prefill: true"
     return None
 
 
@@ -292,6 +313,9 @@ def load_rules(path: Path) -> Rules:
                 problem(u_loc + ("name",), f"duplicate upstream name {upstream_spec.name!r}")
                 continue
             seen_upstreams.add(upstream_spec.name)
+            for key in ("prefill_body", "prefill_message"):
+                if getattr(upstream_spec, key) is not None and not upstream_spec.prefill:
+                    problem(u_loc + (key,), f"{key} is used only with prefill: true")
             url_problem = _url_problem(upstream_spec.url)
             if url_problem is not None:
                 problem(u_loc + ("url",), url_problem)
@@ -310,6 +334,10 @@ def load_rules(path: Path) -> Rules:
         if not upstreams:
             warnings.append(f"{path}:{line_of(base, lines)}: route {spec.name!r} disabled: no usable upstream")
             continue
+        idle = _idle_prefill(api, settings.continue_after_cut, upstreams)
+        if idle:
+            warnings.append(f"{path}:{line_of(base, lines)}: route {spec.name!r}: continue_after_cut's prefill "
+                            f"does nothing here: {idle}")
         routes.append(
             Route(
                 name=spec.name,

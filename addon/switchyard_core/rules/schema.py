@@ -8,11 +8,12 @@ turns a validated file into the runtime `Route`s.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
 
 ApiName = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+Strategy = Literal["prefill", "regenerate"]
 FaultKind = Literal["sse_error", "http_error", "response_failed", "overload_message", "reset", "stall"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$", re.IGNORECASE)
@@ -55,6 +56,27 @@ Seconds = Annotated[NonNegativeFloat, BeforeValidator(not_a_flag)]
 Status = Annotated[int, BeforeValidator(not_a_flag), Field(ge=100, le=599)]
 
 
+def each_once(strategies: list[str]) -> list[str]:
+    """A strategy named twice would be tried twice, which is never what was meant."""
+    twice = sorted({s for s in strategies if strategies.count(s) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(twice)} is listed more than once")
+    return strategies
+
+
+Strategies = Annotated[list[Strategy], AfterValidator(each_once)]
+
+# keys a prefill request cannot have replaced: they are the request itself
+_PREFILL_BODY_FORBIDDEN = ("messages", "stream")
+
+
+def no_request_keys(body: dict[str, Any] | None) -> dict[str, Any] | None:
+    taken = [key for key in _PREFILL_BODY_FORBIDDEN if body and key in body]
+    if taken:
+        raise ValueError(f"{', '.join(taken)} cannot be set here: the continuation request's own")
+    return body
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -74,6 +96,7 @@ class Settings(_Strict):
     staging_limit: Size | None = None
     rewrite_capacity_codes: bool | None = None
     retry_on: list[Status] | None = None
+    continue_after_cut: Strategies | None = None  # after a cut or stall: how to finish the answer
 
 
 class Match(_Strict):
@@ -98,6 +121,9 @@ class UpstreamSpec(_Strict):
     # upstream, on another origin, should still get (by name; the rest never go there)
     forward_headers: list[str] = Field(default_factory=list)
     forward_query: list[str] = Field(default_factory=list)
+    prefill: bool = False  # it continues a conversation that ends in an assistant message
+    prefill_body: Annotated[dict[str, Any] | None, AfterValidator(no_request_keys)] = None
+    prefill_message: dict[str, Any] | None = None
 
 
 class RouteSpec(Settings):

@@ -1,0 +1,248 @@
+"""Finishing a committed answer that was cut or stalled, when the route asks for it.
+
+The strategies of `continue_after_cut`, in order: `prefill` asks each upstream
+that declares `prefill: true` (the cut one first, then the ones after it) for
+the rest of the text the client has; `regenerate` asks them (every one, in the
+same order) for the whole answer again, held until it begins with exactly
+what the client has.  Each upstream is asked once per strategy.  A
+continuation's own failure (a 400 for the prefill, a different answer) is
+logged and shown as its attempt, never told to the client: when nothing
+finishes the answer, the caller ends it with the original cut.
+
+The pure parts (what the client has, the request, the matching, the
+re-framing) live in `continuation/`; this module only does the I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from .. import observe
+from ..apis import Api, FrameKind
+from ..apis.errors import http_error_info
+from ..continuation import (
+    Diverged,
+    NotContinuable,
+    Overlap,
+    Transcript,
+    continuation_body,
+    read_transcript,
+    reframer_for,
+)
+from ..continuation.reframe import Reframer
+from ..exchange import AttemptRecord, Exchange
+from ..rules import Upstream
+from ..sse import FrameSplitter
+from ..upstreams.client import UpstreamClient
+from ..upstreams.messages import (
+    Answer,
+    ConnectTimeout,
+    build_request,
+    display_url,
+    forwarded_response_headers,
+    read_bounded,
+    request_id,
+    secret_header_names,
+    transport_failure,
+)
+from .client_stream import ClientStream
+from .log import AttemptLog
+from .read_deadline import Silence
+
+ERROR_BODY_LIMIT = 64 * 1024  # of a continuation's failed answer: kept to show in mitmweb
+
+Pipe = Callable[[Answer, Callable[[bytes], None], Silence], Awaitable[BaseException | None]]
+
+
+class _Try(enum.Enum):
+    FAILED = "failed"  # nothing reached the client: it has what it had
+    PROGRESSED = "progressed"  # some text went out, then this one broke too
+    FINISHED = "finished"  # the client's answer is whole
+
+
+class Continuation:
+    def __init__(self, exchange: Exchange, api: Api, http: UpstreamClient, client: ClientStream, log: AttemptLog,
+                 pipe: Pipe, silence: Callable[[Answer], Silence]) -> None:
+        self.exchange = exchange
+        self.route = exchange.route
+        self.settings = exchange.route.settings
+        self.api = api
+        self.http = http
+        self.client = client
+        self.log = log
+        self._pipe = pipe
+        self._silence = silence
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.settings.continue_after_cut) and self.exchange.request.wants_stream
+
+    async def finish(self, cut: AttemptRecord, message: str) -> bool:
+        """Try to finish the answer `cut` left unfinished; True if the client's answer is whole.
+
+        A bug here must not cost the client the original cut's clean error."""
+        try:
+            return await self._finish(cut, message)
+        except Exception as exc:  # noqa: BLE001 -- logged; the caller ends the answer with the cut
+            observe.log.warning(observe.format_event("switchyard.continuation_error", route=self.route.name,
+                                                     upstream=cut.upstream, error=type(exc).__name__),
+                                exc_info=True)
+            return False
+
+    async def _finish(self, cut: AttemptRecord, message: str) -> bool:
+        cut_at = time.monotonic()
+        cut.message = message  # the flow's story says what was continued
+        try:
+            transcript = self._transcript()
+        except NotContinuable as exc:
+            observe.emit(logging.INFO, "switchyard.not_continued", route=self.route.name, upstream=cut.upstream,
+                         reason=exc.reason)
+            return False
+        upstreams = self.route.upstreams
+        first = next((i for i, u in enumerate(upstreams) if u.name == cut.upstream), 0)
+        for strategy in self.settings.continue_after_cut:
+            for upstream in upstreams[first:]:
+                if strategy == "prefill" and not upstream.prefill:
+                    continue
+                outcome = await self._try(strategy, upstream, transcript, cut_at)
+                if outcome is _Try.FINISHED:
+                    self.exchange.outcome = "continued"
+                    return True
+                if outcome is _Try.PROGRESSED:  # from now on it is this one's cut that is continued
+                    cut_at = time.monotonic()
+                    try:
+                        transcript = self._transcript()
+                    except NotContinuable:
+                        return False
+        return False
+
+    def _transcript(self) -> Transcript:
+        raw = self.client.transcript
+        if raw is None:
+            raise NotContinuable("the answer is longer than what is kept to continue it (staging_limit)")
+        try:
+            request = json.loads(self.exchange.request.body)
+        except (ValueError, RecursionError):
+            request = None
+        return read_transcript(self.api.name, bytes(raw), request)
+
+    async def _try(self, strategy: str, upstream: Upstream, transcript: Transcript, cut_at: float) -> _Try:
+        request = build_request(self.exchange.request, upstream)
+        wanted = continuation_body(self.api.name, strategy, request.body, transcript.text,
+                                   prefill_body=upstream.prefill_body, prefill_message=upstream.prefill_message)
+        if wanted is None:
+            return _Try.FAILED  # not for this API (the Responses API has no prefill)
+        request = replace(request, body=wanted.body)
+        record = AttemptRecord(
+            attempt=len(self.exchange.attempts) + 1,
+            upstream=upstream.name,
+            url=display_url(self.exchange.request, upstream),
+            started=time.monotonic(),
+            request_headers=request.headers,
+            secret_headers=secret_header_names(upstream),
+            continuation=strategy,
+        )
+        self.exchange.attempts.append(record)
+        regenerate = strategy == "regenerate"
+        overlap = Overlap(transcript.text if regenerate else wanted.echo, strict=regenerate)
+        reframer = reframer_for(transcript, overlap)
+        settings = self.settings
+        try:
+            async with asyncio.timeout(settings.headers_timeout_s or None):
+                answer = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s)
+        except (ConnectTimeout, TimeoutError):
+            return self._failed(record, "no response headers in time")
+        except OSError as exc:
+            return self._failed(record, transport_failure(exc).message)
+        try:
+            record.phase = "headers"
+            record.status = answer.status
+            record.request_id = request_id(answer.headers)
+            if not 200 <= answer.status < 300:
+                body, _ = await read_bounded(answer, ERROR_BODY_LIMIT, settings.headers_timeout_s or None)
+                record.answer = (answer.status, forwarded_response_headers(answer.headers), body)
+                info = http_error_info(answer.status, body)
+                record.code = info.code or info.type
+                return self._failed(record, info.message or f"HTTP {answer.status}")
+            if "text/event-stream" not in answer.headers.get("Content-Type", "").lower():
+                return self._failed(record, "the upstream answered with a non-streaming body")
+            return await self._stream(answer, record, reframer, strategy, cut_at, transcript)
+        finally:
+            answer.close()
+
+    async def _stream(self, answer: Answer, record: AttemptRecord, reframer: Reframer, strategy: str,
+                      cut_at: float, transcript: Transcript) -> _Try:
+        """The continuation's frames, re-framed, to the client as they arrive."""
+        record.phase = "staging"
+        classifier = self.api.stream_classifier(self.exchange.request.wants_usage)
+        splitter = FrameSplitter()
+        body = answer.body
+        silence = self._silence(answer)
+        touch = silence.touch
+        write = self.client.write
+        problems: list[str] = []
+        first: list[float] = []  # when the first continued character went out
+
+        def through(chunk: bytes) -> None:
+            touch()
+            for frame in splitter.feed(chunk):
+                event = frame.event
+                result = classifier.classify(event)
+                if result.kind in (FrameKind.FAILURE, FrameKind.EMPTY_END):
+                    error = result.error
+                    problems.append(error.message if error and error.message else f"a failure ({result.event_type})")
+                    body.stop()
+                    return
+                try:
+                    out = reframer.feed(event)
+                except Diverged as exc:
+                    problems.append(str(exc))
+                    body.stop()
+                    return
+                if reframer.forwarded and not first:
+                    first.append(time.monotonic())
+                    self._continued(record, strategy, cut_at, transcript)
+                if out:
+                    write(out)
+
+        silence.expect_by(self.settings.idle_timeout_s or None)
+        try:
+            error = await self._pipe(answer, through, silence)
+        except TimeoutError:
+            error = None
+            problems.append(f"upstream sent nothing for {self.settings.idle_timeout_s:g}s")
+        if not problems and error is not None:
+            problems.append(transport_failure(error).message)
+        if not problems and not classifier.complete:
+            try:
+                reframer.overlap.ended()
+            except Diverged as exc:
+                problems.append(str(exc))
+            else:
+                problems.append("upstream ended the stream before completing the answer")
+        if problems:
+            return self._failed(record, problems[0], progressed=bool(first))
+        record.finish("continued")
+        record.phase = "output"
+        return _Try.FINISHED
+
+    def _continued(self, record: AttemptRecord, strategy: str, cut_at: float, transcript: Transcript) -> None:
+        record.phase = "output"
+        self.client.write(f": switchyard continued upstream={record.upstream} strategy={strategy}\n\n".encode())
+        observe.emit(logging.INFO, "switchyard.continued_after_cut", route=self.route.name, upstream=record.upstream,
+                     attempt=record.attempt, strategy=strategy, chars_sent=len(transcript.text),
+                     first_char_after_s=round(time.monotonic() - cut_at, 4), request_id=record.request_id)
+
+    def _failed(self, record: AttemptRecord, message: str, *, progressed: bool = False) -> _Try:
+        record.message = self.log.redact(message)
+        record.finish("continuation_broke" if progressed else "continuation_failed")
+        observe.emit(logging.INFO, "switchyard.continuation_failed", route=self.route.name, upstream=record.upstream,
+                     attempt=record.attempt, strategy=record.continuation, phase=record.phase, status=record.status,
+                     code=record.code, message=record.message, request_id=record.request_id)
+        return _Try.PROGRESSED if progressed else _Try.FAILED

@@ -1,0 +1,261 @@
+"""A continuation's frames re-framed into the original stream.
+
+The client already has the original stream's lifecycle frames (Chat's role
+chunk, Responses' `response.created` … `content_part.added`, Anthropic's
+`message_start` and `content_block_start`) and part of its text.  The
+continuation's own lifecycle frames are dropped, its text frames carry the
+original's ids and indexes (Responses: `sequence_number` goes on counting),
+its text is cut to what the client has not seen (`Overlap`), and its terminal
+frames (finish reason, usage, `[DONE]`, `response.completed`, `message_delta`
+and `message_stop`) end the one stream the client sees.
+
+Pure: each `feed` takes one parsed frame and returns the bytes for the client.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from ..sse import SseEvent
+from .overlap import Overlap
+from .transcript import Transcript
+
+
+class Reframer(Protocol):
+    overlap: Overlap
+    forwarded: int  # characters of text forwarded
+
+    def feed(self, event: SseEvent) -> bytes:
+        """The bytes `event` becomes for the client (b"": nothing); raises
+        `Diverged` when a regenerated answer turns out to be another one."""
+        ...
+
+
+def reframer_for(transcript: Transcript, overlap: Overlap) -> Reframer:
+    kinds: dict[str, type[_Base]] = {"openai-chat": ChatReframer, "openai-responses": ResponsesReframer,
+                                     "anthropic-messages": AnthropicReframer}
+    return kinds[transcript.api](transcript, overlap)
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _event(name: str, data: Any) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + _dumps(data) + b"\n\n"
+
+
+_KEEPALIVE = b": switchyard keepalive\n\n"
+
+
+class _Base:
+    """What every API's re-framer keeps: the original's ids, the overlap, what went out."""
+
+    def __init__(self, transcript: Transcript, overlap: Overlap) -> None:
+        self.transcript = transcript
+        self.overlap = overlap
+        self.forwarded = 0
+
+    def _keepalive(self, frame: bytes) -> bytes:
+        """A keepalive (a comment, a ping) once the continuation's text flows; before,
+        nothing: a try that fails leaves no trace with the client."""
+        return frame if self.forwarded else b""
+
+    def feed(self, event: SseEvent) -> bytes:
+        raise NotImplementedError
+
+    def _text(self, text: str) -> str:
+        new = self.overlap.take(text)
+        self.forwarded += len(new)
+        return new
+
+
+# --- OpenAI Chat Completions ---------------------------------------------------------
+
+
+class ChatReframer(_Base):
+    def feed(self, event: SseEvent) -> bytes:
+        if event.comment_only:
+            return self._keepalive(_KEEPALIVE)
+        if event.data == "[DONE]":
+            self.overlap.ended()
+            return b"data: [DONE]\n\n"
+        chunk = event.json()
+        if not isinstance(chunk, dict):
+            self.overlap.not_text("a frame that is not JSON")
+            return b"data: " + (event.data or "").encode() + b"\n\n"
+        choices = chunk.get("choices") or []
+        out_choices = []
+        for choice in choices:
+            if not isinstance(choice, dict):
+                self.overlap.not_text("a choice that is not an object")
+                continue
+            delta = dict(choice.get("delta") or {})
+            delta.pop("role", None)
+            content = delta.get("content")
+            if any(value for key, value in delta.items() if key != "content"):
+                self.overlap.not_text("something other than text")
+            if isinstance(content, str) and content:
+                delta["content"] = self._text(content)
+                if not delta["content"]:
+                    del delta["content"]
+            else:
+                delta.pop("content", None)
+            finish = choice.get("finish_reason")
+            if finish:
+                self.overlap.ended()
+            if not any(delta.values()) and not finish and not choice.get("logprobs"):
+                continue  # lifecycle, or text the client already has
+            out_choices.append({**choice, "index": 0, "delta": delta})
+        if choices and not out_choices:
+            return b""
+        if not choices and not chunk.get("usage"):
+            return b""  # an empty or filter chunk: the client had its own
+        if not choices:
+            self.overlap.ended()
+        return b"data: " + _dumps(self._ids(chunk, out_choices)) + b"\n\n"
+
+    def _ids(self, chunk: dict[str, Any], choices: list[Any]) -> dict[str, Any]:
+        t = self.transcript
+        out = {**chunk, "choices": choices}
+        for key, value in (("id", t.response_id), ("model", t.model), ("created", t.created),
+                           ("system_fingerprint", t.system_fingerprint)):
+            if value is not None:
+                out[key] = value
+        return out
+
+
+# --- OpenAI Responses ----------------------------------------------------------------
+
+_RESPONSE_LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
+_RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class ResponsesReframer(_Base):
+    def __init__(self, transcript: Transcript, overlap: Overlap) -> None:
+        super().__init__(transcript, overlap)
+        self._item: str | None = None  # the continuation's message item that maps onto the original's
+        self._output_base: int | None = None  # its output_index
+        self._sequence = (transcript.sequence_number if transcript.sequence_number is not None else -1) + 1
+
+    def feed(self, event: SseEvent) -> bytes:
+        if event.comment_only:
+            return self._keepalive(_KEEPALIVE)
+        if event.data == "[DONE]":
+            self.overlap.ended()
+            return b"data: [DONE]\n\n"
+        data = event.json()
+        if not isinstance(data, dict):
+            self.overlap.not_text("a frame that is not JSON")
+            return b""
+        kind = str(data.get("type") or event.event or "")
+        if kind in _RESPONSE_LIFECYCLE:
+            return b""
+        if kind == "response.output_item.added":
+            item = data.get("item") or {}
+            if self._item is None and isinstance(item, dict) and item.get("type") == "message":
+                self._item = item.get("id")
+                self._output_base = data.get("output_index", 0)
+                return b""  # the client has the item open
+            self.overlap.not_text(f"a {item.get('type') if isinstance(item, dict) else 'new'} item")
+        elif kind == "response.content_part.added" and data.get("item_id") == self._item and self._item is not None:
+            part = data.get("part") or {}
+            if isinstance(part, dict) and part.get("type") == "output_text" and not self.overlap.covered:
+                return b""  # the client has the part open
+            self.overlap.not_text("another content part")
+        elif kind == "response.output_text.delta" and data.get("item_id") == self._item and self._item is not None:
+            text = self._text(data.get("delta") or "")
+            if not text:
+                return b""
+            data = {**data, "delta": text}
+        elif kind in _RESPONSE_ENDS:
+            self.overlap.ended()
+            response = data.get("response")
+            if isinstance(response, dict):
+                data = {**data, "response": self._response(response)}
+        elif kind.endswith(".delta"):
+            self.overlap.not_text(kind)
+        elif kind.endswith(".done") and (data.get("item_id") == self._item or self._is_message_done(data)):
+            self.overlap.ended()
+        return _event(kind, self._ids(data))
+
+    def _is_message_done(self, data: dict[str, Any]) -> bool:
+        item = data.get("item")
+        return isinstance(item, dict) and item.get("id") == self._item and self._item is not None
+
+    def _ids(self, data: dict[str, Any]) -> dict[str, Any]:
+        t = self.transcript
+        out = dict(data)
+        if out.get("item_id") == self._item and self._item is not None:
+            out["item_id"] = t.item_id
+            if "content_index" in out:
+                out["content_index"] = t.content_index
+        item = out.get("item")
+        if isinstance(item, dict) and item.get("id") == self._item and self._item is not None:
+            out["item"] = {**item, "id": t.item_id}
+        index = out.get("output_index")
+        if isinstance(index, int) and self._output_base is not None:
+            out["output_index"] = t.output_index + index - self._output_base
+        if "sequence_number" in out or t.sequence_number is not None:
+            out["sequence_number"] = self._sequence
+            self._sequence += 1
+        return out
+
+    def _response(self, response: dict[str, Any]) -> dict[str, Any]:
+        t = self.transcript
+        output = response.get("output")
+        if isinstance(output, list):
+            output = [{**item, "id": t.item_id} if isinstance(item, dict) and item.get("id") == self._item
+                      and self._item is not None else item for item in output]
+            response = {**response, "output": output}
+        return {**response, "id": t.response_id}
+
+
+# --- Anthropic Messages --------------------------------------------------------------
+
+
+class AnthropicReframer(_Base):
+    def __init__(self, transcript: Transcript, overlap: Overlap) -> None:
+        super().__init__(transcript, overlap)
+        self._block: int | None = None  # the continuation's text block that maps onto the original's
+
+    def feed(self, event: SseEvent) -> bytes:
+        if event.comment_only:
+            return self._keepalive(_KEEPALIVE)
+        data = event.json()
+        if not isinstance(data, dict):
+            self.overlap.not_text("a frame that is not JSON")
+            return b""
+        kind = str(data.get("type") or event.event or "")
+        if kind == "message_start":
+            return b""  # the client has the message open
+        if kind == "ping":
+            return self._keepalive(_event(kind, data))
+        index = data.get("index")
+        if kind == "content_block_start":
+            block = data.get("content_block") or {}
+            if self._block is None and isinstance(block, dict) and block.get("type") == "text":
+                self._block = index if isinstance(index, int) else 0
+                text = self._text(block.get("text") or "")
+                if not text:
+                    return b""  # the client has the block open
+                data = {"type": "content_block_delta", "index": index,
+                        "delta": {"type": "text_delta", "text": text}}
+                kind = "content_block_delta"
+            else:
+                self.overlap.not_text(f"a {block.get('type') if isinstance(block, dict) else 'new'} block")
+        elif kind == "content_block_delta":
+            delta = data.get("delta") or {}
+            if index == self._block and isinstance(delta, dict) and delta.get("type") == "text_delta":
+                text = self._text(delta.get("text") or "")
+                if not text:
+                    return b""
+                data = {**data, "delta": {**delta, "text": text}}
+            else:
+                self.overlap.not_text(str(delta.get("type")) if isinstance(delta, dict) else "a delta")
+        elif kind in ("content_block_stop", "message_delta", "message_stop"):
+            self.overlap.ended()
+        if isinstance(index, int) and self._block is not None:
+            data = {**data, "index": self.transcript.content_index + index - self._block}
+        return _event(kind, data)

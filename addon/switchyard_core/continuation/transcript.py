@@ -1,0 +1,220 @@
+"""What the client of a cut stream has received, read back from the bytes it got.
+
+Only plain text continues: the answer so far must be one text part that is
+still open (a single Chat choice with only `content`, one Responses message
+item with one `output_text` part, one Anthropic text block), and the request
+must not ask for what a continuation cannot match (several choices,
+logprobs).  Anything else (a tool call, reasoning or thinking, a refusal, an
+end already sent) is `NotContinuable`, with the reason for the log.
+
+The ids and indexes found here are what the continuation's frames are
+re-framed with, so the client sees one stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..sse import FrameSplitter
+
+
+class NotContinuable(Exception):
+    """Why this answer ends with the clean error instead (`reason` is logged)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    api: str
+    text: str  # the plain text the client has, exactly
+    # what the original stream's frames carry, to re-frame a continuation with
+    response_id: str | None = None  # Chat `id`, Responses `response.id`, Anthropic `message.id`
+    model: str | None = None  # Chat
+    created: int | None = None  # Chat
+    system_fingerprint: str | None = None  # Chat
+    item_id: str | None = None  # Responses
+    output_index: int = 0  # Responses
+    content_index: int = 0  # Responses; Anthropic: the text block's index
+    sequence_number: int | None = None  # Responses: the last one the client got
+
+
+def read_transcript(api: str, raw: bytes, request: Any) -> Transcript:
+    """The plain text in `raw` (every byte the client got) and its stream's ids."""
+    if not isinstance(request, dict):
+        raise NotContinuable("the request is not a JSON object")
+    splitter = FrameSplitter()
+    frames = splitter.feed(raw)
+    if splitter.pending:
+        raise NotContinuable("the client holds part of a frame")
+    events = [frame.event for frame in frames]
+    reader = _READERS.get(api)
+    if reader is None:
+        raise NotContinuable(f"continuation is not supported for {api}")
+    transcript = reader(events, request)
+    if not transcript.text:
+        raise NotContinuable("no plain text reached the client")
+    return transcript
+
+
+def _objects(events: list[Any]) -> list[tuple[str | None, Any]]:
+    """(event name, JSON data) of every frame that is not a comment."""
+    out = []
+    for event in events:
+        if event.comment_only:
+            continue
+        if event.data == "[DONE]":
+            raise NotContinuable("the answer had ended")
+        data = event.json()
+        if not isinstance(data, dict):
+            raise NotContinuable("a frame the client got is not a JSON object")
+        if "error" in data and data.get("error") is not None:
+            raise NotContinuable("the client got an error")
+        out.append((event.event, data))
+    return out
+
+
+# --- OpenAI Chat Completions ---------------------------------------------------------
+
+_CHAT_OTHER = {"tool_calls": "a tool call", "function_call": "a tool call", "refusal": "a refusal",
+               "reasoning_content": "reasoning", "reasoning": "reasoning", "audio": "audio"}
+
+
+def _chat(events: list[Any], request: dict[str, Any]) -> Transcript:
+    n = request.get("n")
+    if isinstance(n, int) and not isinstance(n, bool) and n > 1:
+        raise NotContinuable("several choices were asked for (n > 1)")
+    if request.get("logprobs") or request.get("top_logprobs"):
+        raise NotContinuable("logprobs were asked for")
+    text: list[str] = []
+    ids: dict[str, Any] = {}
+    for _, chunk in _objects(events):
+        if not ids and chunk.get("id") is not None:
+            ids = {"response_id": chunk.get("id"), "model": chunk.get("model"), "created": chunk.get("created"),
+                   "system_fingerprint": chunk.get("system_fingerprint")}
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict):
+                raise NotContinuable("a choice is not a JSON object")
+            if choice.get("index", 0) != 0:
+                raise NotContinuable("the answer has several choices")
+            if choice.get("finish_reason"):
+                raise NotContinuable("the answer had ended")
+            if choice.get("logprobs"):
+                raise NotContinuable("the answer carries logprobs")
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise NotContinuable("a delta is not a JSON object")
+            for key, value in delta.items():
+                if key in ("role", "content") or not value:
+                    continue
+                raise NotContinuable(f"the answer has {_CHAT_OTHER.get(key, repr(key))}")
+            content = delta.get("content")
+            if isinstance(content, str):
+                text.append(content)
+            elif content:
+                raise NotContinuable("content that is not text")
+    return Transcript("openai-chat", "".join(text), **ids)
+
+
+# --- OpenAI Responses ----------------------------------------------------------------
+
+_RESPONSE_LIFECYCLE = ("response.created", "response.in_progress", "response.queued")
+
+
+def _responses(events: list[Any], request: dict[str, Any]) -> Transcript:
+    if request.get("top_logprobs"):
+        raise NotContinuable("logprobs were asked for")
+    include = request.get("include")
+    if isinstance(include, list) and "message.output_text.logprobs" in include:
+        raise NotContinuable("logprobs were asked for")
+    response_id = item_id = None
+    output_index = content_index = 0
+    parts = 0
+    sequence: int | None = None
+    text: list[str] = []
+    for name, data in _objects(events):
+        kind = str(data.get("type") or name or "")
+        number = data.get("sequence_number")
+        if isinstance(number, int) and not isinstance(number, bool):
+            sequence = number if sequence is None else max(sequence, number)
+        if kind in _RESPONSE_LIFECYCLE:
+            response = data.get("response")
+            if isinstance(response, dict) and response.get("id"):
+                response_id = response["id"]
+            continue
+        if kind == "response.output_item.added":
+            item = data.get("item") or {}
+            if item_id is not None:
+                raise NotContinuable("the answer has more than one output item")
+            if not isinstance(item, dict) or item.get("type") != "message":
+                what = item.get("type") if isinstance(item, dict) else None
+                raise NotContinuable(f"the answer has a {what or 'non-message'} item")
+            item_id, output_index = item.get("id"), data.get("output_index", 0)
+            continue
+        if kind == "response.content_part.added":
+            part = data.get("part") or {}
+            parts += 1
+            if parts > 1 or not isinstance(part, dict) or part.get("type") != "output_text":
+                raise NotContinuable("the answer has a part that is not its one output_text")
+            content_index = data.get("content_index", 0)
+            continue
+        if kind == "response.output_text.delta":
+            if data.get("item_id") != item_id or data.get("logprobs"):
+                raise NotContinuable("the text carries logprobs or belongs to another item")
+            delta = data.get("delta")
+            if isinstance(delta, str):
+                text.append(delta)
+            continue
+        if kind.endswith(".delta"):
+            raise NotContinuable(f"the answer has {kind}")
+        raise NotContinuable(f"the text had ended ({kind})")
+    if item_id is None or response_id is None:
+        raise NotContinuable("no message item reached the client")
+    return Transcript("openai-responses", "".join(text), response_id=response_id, item_id=item_id,
+                      output_index=output_index, content_index=content_index, sequence_number=sequence)
+
+
+# --- Anthropic Messages --------------------------------------------------------------
+
+
+def _anthropic(events: list[Any], request: dict[str, Any]) -> Transcript:
+    message_id = None
+    index: int | None = None
+    text: list[str] = []
+    for name, data in _objects(events):
+        kind = str(data.get("type") or name or "")
+        if kind == "ping":
+            continue
+        if kind == "message_start":
+            message = data.get("message") or {}
+            message_id = message.get("id") if isinstance(message, dict) else None
+            continue
+        if kind == "content_block_start":
+            block = data.get("content_block") or {}
+            if index is not None:
+                raise NotContinuable("the answer has more than one content block")
+            if not isinstance(block, dict) or block.get("type") != "text":
+                what = block.get("type") if isinstance(block, dict) else None
+                raise NotContinuable(f"the answer has a {what or 'non-text'} block")
+            index = data.get("index", 0)
+            if block.get("text"):
+                text.append(block["text"])
+            continue
+        if kind == "content_block_delta":
+            delta = data.get("delta") or {}
+            if data.get("index") != index or not isinstance(delta, dict) or delta.get("type") != "text_delta":
+                what = delta.get("type") if isinstance(delta, dict) else None
+                raise NotContinuable(f"the answer has {what or 'a delta that is not text'}")
+            if isinstance(delta.get("text"), str):
+                text.append(delta["text"])
+            continue
+        raise NotContinuable(f"the text had ended ({kind})")
+    if index is None or message_id is None:
+        raise NotContinuable("no text block reached the client")
+    return Transcript("anthropic-messages", "".join(text), response_id=message_id, content_index=index)
+
+
+_READERS = {"openai-chat": _chat, "openai-responses": _responses, "anthropic-messages": _anthropic}

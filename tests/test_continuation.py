@@ -1,0 +1,270 @@
+"""The pure parts of finishing a cut answer: what the client has, the request for
+the rest, matching regenerated text, and re-framing into the original stream."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from switchyard_core.continuation import (
+    Diverged,
+    NotContinuable,
+    Overlap,
+    continuation_body,
+    read_transcript,
+    reframer_for,
+)
+from switchyard_core.sse import FrameSplitter
+from tests.support import wire
+
+CHAT_REQUEST = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+MESSAGES_REQUEST = {"model": "claude", "stream": True, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+RESPONSES_REQUEST = {"model": "gpt-4o", "stream": True, "input": "hi"}
+
+TEXT = "Hello from primary, all good."
+
+
+def frames_of(raw: bytes) -> list[Any]:
+    return [frame.event for frame in FrameSplitter().feed(raw)]
+
+
+def cut(frames: list[bytes], content_frames: int, lifecycle: int) -> bytes:
+    return b"".join(frames[:lifecycle + content_frames])
+
+
+def played(transcript: Any, overlap: Overlap, frames: list[bytes]) -> bytes:
+    reframer = reframer_for(transcript, overlap)
+    return b"".join(reframer.feed(event) for event in frames_of(b"".join(frames)))
+
+
+def chat_text(raw: bytes) -> str:
+    out = []
+    for event in frames_of(raw):
+        if event.comment_only or event.data == "[DONE]":
+            continue
+        for choice in event.json()["choices"]:
+            out.append(choice["delta"].get("content") or "")
+    return "".join(out)
+
+
+# --- what the client has -------------------------------------------------------------
+
+
+def test_chat_transcript_is_the_text_and_the_ids_of_the_stream() -> None:
+    raw = cut(wire.chat_stream(TEXT, cid="chatcmpl-orig"), 3, 1)
+    transcript = read_transcript("openai-chat", raw, CHAT_REQUEST)
+    assert transcript.text == "Hello from primary,"
+    assert (transcript.response_id, transcript.model, transcript.created) == ("chatcmpl-orig", "gpt-4o-2024-08-06", 1727346168)
+
+
+def test_responses_transcript_knows_item_indexes_and_the_last_sequence_number() -> None:
+    raw = cut(wire.responses_stream(TEXT, rid="resp_orig"), 2, 4)
+    transcript = read_transcript("openai-responses", raw, RESPONSES_REQUEST)
+    assert (transcript.text, transcript.response_id, transcript.item_id) == ("Hello from", "resp_orig", "msg_1")
+    assert (transcript.output_index, transcript.content_index, transcript.sequence_number) == (0, 0, 5)
+
+
+def test_anthropic_transcript_knows_the_message_and_its_text_block() -> None:
+    raw = cut(wire.anthropic_stream(TEXT, mid="msg_orig"), 1, 3)
+    transcript = read_transcript("anthropic-messages", raw, MESSAGES_REQUEST)
+    assert (transcript.text, transcript.response_id, transcript.content_index) == ("Hello", "msg_orig", 0)
+
+
+def tool_call_chunks() -> bytes:
+    return (wire.CHAT_ROLE
+            + wire.chat_chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                               "function": {"name": "get_weather", "arguments": ""}}]})
+            + wire.chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"loc"}}]}))
+
+
+@pytest.mark.parametrize("api,raw,request_body,reason", [
+    ("openai-chat", tool_call_chunks(), CHAT_REQUEST, "a tool call"),
+    ("openai-chat", wire.CHAT_ROLE + wire.chat_chunk({"reasoning_content": "hmm"}), CHAT_REQUEST, "reasoning"),
+    ("openai-chat", wire.CHAT_ROLE + wire.chat_chunk({"refusal": "no"}), CHAT_REQUEST, "a refusal"),
+    ("openai-chat", wire.CHAT_ROLE + wire.chat_chunk({"content": "Hi"}), {**CHAT_REQUEST, "n": 2}, "n > 1"),
+    ("openai-chat", wire.CHAT_ROLE + wire.chat_chunk({"content": "Hi"}), {**CHAT_REQUEST, "logprobs": True}, "logprobs"),
+    ("openai-chat", wire.CHAT_ROLE + wire.chat_chunk({"content": "Hi"}) + wire.chat_chunk({}, "stop"), CHAT_REQUEST,
+     "ended"),
+    ("openai-chat", wire.CHAT_ROLE, CHAT_REQUEST, "no plain text"),
+    ("anthropic-messages",
+     wire.event("message_start", {"type": "message_start", "message": {"id": "m"}})
+     + wire.event("content_block_start", {"type": "content_block_start", "index": 0,
+                                          "content_block": {"type": "thinking", "thinking": ""}})
+     + wire.event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                          "delta": {"type": "thinking_delta", "thinking": "hm"}}),
+     MESSAGES_REQUEST, "thinking"),
+    ("anthropic-messages",
+     wire.event("message_start", {"type": "message_start", "message": {"id": "m"}})
+     + wire.event("content_block_start", {"type": "content_block_start", "index": 0,
+                                          "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}}})
+     + wire.event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                          "delta": {"type": "input_json_delta", "partial_json": "{"}}),
+     MESSAGES_REQUEST, "tool_use"),
+    ("openai-responses", cut(wire.responses_stream(TEXT), 2, 4), {**RESPONSES_REQUEST, "top_logprobs": 2}, "logprobs"),
+    ("openai-responses",
+     wire.event("response.created", {"type": "response.created", "sequence_number": 0, "response": {"id": "r"}})
+     + wire.event("response.output_item.added", {"type": "response.output_item.added", "sequence_number": 1,
+                                                 "output_index": 0, "item": {"id": "fc_1", "type": "function_call"}})
+     + wire.event("response.function_call_arguments.delta",
+                  {"type": "response.function_call_arguments.delta", "sequence_number": 2, "item_id": "fc_1",
+                   "delta": "{"}),
+     RESPONSES_REQUEST, "function_call"),
+    ("openai-chat", wire.CHAT_ROLE + b'data: {"id":"c","choi', CHAT_REQUEST, "part of a frame"),
+])
+def test_only_plain_text_continues(api: str, raw: bytes, request_body: dict[str, Any], reason: str) -> None:
+    with pytest.raises(NotContinuable) as caught:
+        read_transcript(api, raw, request_body)
+    assert reason in caught.value.reason
+
+
+# --- the continuation request --------------------------------------------------------
+
+
+def test_prefill_for_chat_ends_with_the_partial_text_and_carries_the_upstreams_keys() -> None:
+    wanted = continuation_body("openai-chat", "prefill", json.dumps(CHAT_REQUEST).encode(), "Hello from",
+                               prefill_body={"continue_final_message": True, "add_generation_prompt": False},
+                               prefill_message={"prefix": True})
+    assert wanted is not None and wanted.echo == ""
+    body = json.loads(wanted.body)
+    assert body["messages"] == [*CHAT_REQUEST["messages"], {"role": "assistant", "content": "Hello from", "prefix": True}]
+    assert (body["continue_final_message"], body["add_generation_prompt"], body["stream"]) == (True, False, True)
+
+
+def test_prefill_for_anthropic_leaves_trailing_whitespace_to_the_echo() -> None:
+    wanted = continuation_body("anthropic-messages", "prefill", json.dumps(MESSAGES_REQUEST).encode(), "Hello from ")
+    assert wanted is not None and wanted.echo == " "
+    assert json.loads(wanted.body)["messages"][-1] == {"role": "assistant", "content": "Hello from"}
+
+
+def test_prefill_continues_an_assistant_message_the_client_prefilled_itself() -> None:
+    request = {**MESSAGES_REQUEST, "messages": [*MESSAGES_REQUEST["messages"], {"role": "assistant", "content": "{"}]}
+    wanted = continuation_body("anthropic-messages", "prefill", json.dumps(request).encode(), '"a": 1')
+    assert wanted is not None
+    assert json.loads(wanted.body)["messages"][-1] == {"role": "assistant", "content": '{"a": 1'}
+
+
+def test_the_responses_api_has_no_prefill_and_regenerate_is_the_request_as_it_was() -> None:
+    original = json.dumps(RESPONSES_REQUEST).encode()
+    assert continuation_body("openai-responses", "prefill", original, "Hello") is None
+    regenerated = continuation_body("openai-responses", "regenerate", original, "Hello")
+    assert regenerated is not None and regenerated.body == original
+
+
+# --- matching ------------------------------------------------------------------------
+
+
+@given(st.text(min_size=1), st.text(), st.lists(st.integers(min_value=1, max_value=7)))
+def test_regenerated_text_that_begins_with_the_sent_text_forwards_exactly_the_rest(sent: str, rest: str,
+                                                                                  sizes: list[int]) -> None:
+    whole, pieces, at = sent + rest, [], 0
+    for size in sizes:
+        pieces.append(whole[at:at + size])
+        at += size
+    pieces.append(whole[at:])
+    overlap = Overlap(sent, strict=True)
+    forwarded = "".join(overlap.take(piece) for piece in pieces if piece)
+    assert overlap.covered and forwarded == rest
+
+
+def test_regenerated_text_that_differs_is_dropped_with_how_far_it_matched() -> None:
+    overlap = Overlap("Hello from primary", strict=True)
+    assert overlap.take("Hello ") == ""
+    with pytest.raises(Diverged) as caught:
+        overlap.take("there")
+    assert (caught.value.matched, caught.value.expected) == (6, 18)
+
+
+def test_a_regenerated_answer_shorter_than_the_sent_text_diverges() -> None:
+    overlap = Overlap("Hello from", strict=True)
+    overlap.take("Hello")
+    with pytest.raises(Diverged):
+        overlap.ended()
+
+
+def test_a_prefills_echo_is_skipped_only_as_far_as_it_matches() -> None:
+    assert Overlap(" ", strict=False).take(" world") == "world"
+    assert Overlap(" ", strict=False).take("world") == "world"
+
+
+# --- re-framing ----------------------------------------------------------------------
+
+
+def test_chat_continuation_carries_the_original_ids_and_no_second_role_chunk() -> None:
+    sent = cut(wire.chat_stream(TEXT, cid="chatcmpl-orig"), 3, 1)
+    transcript = read_transcript("openai-chat", sent, CHAT_REQUEST)
+    out = played(transcript, Overlap("", strict=False), wire.chat_stream(" all good.", cid="chatcmpl-other"))
+    events = frames_of(out)
+    assert events[-1].data == "[DONE]"
+    chunks = [e.json() for e in events[:-1]]
+    assert {c["id"] for c in chunks} == {"chatcmpl-orig"}
+    assert not any(ch["delta"].get("role") for c in chunks for ch in c["choices"])
+    assert chat_text(sent) + chat_text(out) == TEXT
+    assert [ch["finish_reason"] for c in chunks for ch in c["choices"]][-1] == "stop"
+    assert "usage" in chunks[-1]
+
+
+def test_chat_regenerate_forwards_only_what_follows_the_sent_text() -> None:
+    sent = cut(wire.chat_stream(TEXT), 2, 1)
+    transcript = read_transcript("openai-chat", sent, CHAT_REQUEST)
+    out = played(transcript, Overlap(transcript.text, strict=True), wire.chat_stream(TEXT, cid="chatcmpl-again"))
+    assert chat_text(sent) + chat_text(out) == TEXT
+
+
+def test_chat_regenerate_that_diverges_raises_before_anything_is_forwarded() -> None:
+    sent = cut(wire.chat_stream(TEXT), 3, 1)
+    transcript = read_transcript("openai-chat", sent, CHAT_REQUEST)
+    reframer = reframer_for(transcript, Overlap(transcript.text, strict=True))
+    out = []
+    with pytest.raises(Diverged) as caught:
+        for event in frames_of(b"".join(wire.chat_stream("Hello from backup, all good."))):
+            out.append(reframer.feed(event))
+    assert b"".join(out) == b"" and caught.value.matched == len("Hello from ")
+
+
+def test_responses_regenerate_keeps_ids_indexes_and_counts_sequence_numbers_on() -> None:
+    sent = cut(wire.responses_stream(TEXT, rid="resp_orig"), 2, 4)
+    transcript = read_transcript("openai-responses", sent, RESPONSES_REQUEST)
+    again = [f.replace(b'"msg_1"', b'"msg_other"') for f in wire.responses_stream(TEXT, rid="resp_other")]
+    out = played(transcript, Overlap(transcript.text, strict=True), again)
+    events = [e.json() for e in frames_of(out)]
+    kinds = [e["type"] for e in events]
+    assert "response.created" not in kinds and "response.output_item.added" not in kinds
+    assert kinds[-1] == "response.completed" and events[-1]["response"]["id"] == "resp_orig"
+    assert events[-1]["response"]["output"][0]["id"] == "msg_1"
+    assert [e["sequence_number"] for e in events] == list(range(6, 6 + len(events)))
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert transcript.text + deltas == TEXT
+    assert {e["item_id"] for e in events if "item_id" in e} == {"msg_1"}
+
+
+def test_anthropic_prefill_continuation_lands_in_the_original_text_block() -> None:
+    sent = cut(wire.anthropic_stream(TEXT, mid="msg_orig"), 2, 3)
+    transcript = read_transcript("anthropic-messages", sent, MESSAGES_REQUEST)
+    assert transcript.text == "Hello from"
+    continuation = wire.anthropic_stream(" primary, all good.", mid="msg_other")
+    continuation = [f.replace(b'"index":0', b'"index":2') for f in continuation]  # its own numbering
+    out = played(transcript, Overlap("", strict=False), continuation)
+    events = [e.json() for e in frames_of(out)]
+    kinds = [e["type"] for e in events]
+    assert "message_start" not in kinds and "content_block_start" not in kinds
+    assert kinds[-2:] == ["message_delta", "message_stop"]
+    assert {e["index"] for e in events if "index" in e} == {0}
+    text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+    assert transcript.text + text == TEXT
+
+
+def test_anthropic_prefill_that_ended_in_whitespace_never_shows_it_twice() -> None:
+    frames = wire.anthropic_stream("Hello from primary", mid="msg_orig")
+    sent = b"".join(frames[:3]) + wire.event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                                     "delta": {"type": "text_delta", "text": "Hello "}})
+    transcript = read_transcript("anthropic-messages", sent, MESSAGES_REQUEST)
+    wanted = continuation_body("anthropic-messages", "prefill", json.dumps(MESSAGES_REQUEST).encode(), transcript.text)
+    assert wanted is not None and json.loads(wanted.body)["messages"][-1]["content"] == "Hello"
+    for continued in (" from primary", "from primary"):  # the model repeats the space, or does not
+        out = played(transcript, Overlap(wanted.echo, strict=False), wire.anthropic_stream(continued, mid="m2"))
+        text = "".join(e.json()["delta"]["text"] for e in frames_of(out) if e.json()["type"] == "content_block_delta")
+        assert transcript.text + text == "Hello from primary"
