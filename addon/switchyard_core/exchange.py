@@ -87,6 +87,11 @@ class AttemptRecord:
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
                "event_type", "request_id", "duration_s", "fault", "continuation")
 
+    def request_sent(self, sent: bool) -> None:
+        """The request is on a connection (or, False, going to a fresh one): a failure
+        from now on happened waiting for the answer's headers, not connecting."""
+        self.phase = "headers" if sent else "connect"
+
     def finish(self, outcome: str) -> None:
         self.outcome = outcome
         self.duration_s = round(time.monotonic() - self.started, 4)

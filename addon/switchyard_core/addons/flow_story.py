@@ -178,20 +178,28 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
     request.timestamp_start = request.timestamp_end = flow.request.timestamp_start
     attempt = http.HTTPFlow(flow.client_conn, connection.Server(address=(parts.hostname or "", port)))
     attempt.request = request
+    what = _what(record)
     cut = ""
     if record.answer is not None:
         status, answer_headers, body = record.answer
         # a failed attempt may have held up to `staging_limit`; a flow keeps what a stream's does
         kept = body[:DISPLAY_LIMIT]
-        attempt.response = http.Response.make(status, kept, Headers([(k.encode(), v.encode()) for k, v in answer_headers]))
+        response = http.Response.make(status, kept)
+        # the headers as the upstream sent them: make() would claim a Content-Length
+        # that a streamed answer never had
+        response.headers = Headers([(k.encode(), v.encode()) for k, v in answer_headers])
         if len(kept) < len(body):
             cut = f"; answer cut to its first {len(kept)} of {len(body)} bytes"
-            attempt.response.headers[TRUNCATED_HEADER] = f"first {len(kept)} of {len(body)} bytes kept"
+            response.headers[TRUNCATED_HEADER] = f"first {len(kept)} of {len(body)} bytes kept"
+        attempt.response = response
+        if 200 <= status < 300 and record.outcome != "continued":
+            # the failure came inside a 2xx answer: mitmweb would list a plain green
+            # 200; the error puts a warning on the row, with the failure as its title
+            attempt.error = mitmflow.Error(f"failed inside the {status} answer: {what or record.outcome}")
     else:
         attempt.error = mitmflow.Error(record.message or record.outcome)
     attempt.metadata[METADATA_KEY] = {"attempt_of": flow.id, "route": exchange.route.name, "api": exchange.route.api,
                                       **record.as_dict(), "url": url}
-    what = _what(record)
     if record.continuation:
         what = f"{record.continuation} continuation{': ' + what if what else ''}"
     attempt.comment = (f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; "

@@ -38,7 +38,7 @@ class AttemptLog:
             upstream=record.upstream,
             attempt=record.attempt,
             phase=record.phase,
-            status=info.status,
+            status=record.status,
             code=info.code,
             type=info.type,
             event=info.event_type,

@@ -140,7 +140,8 @@ class AttemptLoop:
             waiting_for = "complete answer"
         try:
             async with asyncio.timeout(open_s):
-                answer: Answer = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s)
+                answer: Answer = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s,
+                                                      sent=record.request_sent)
         except ConnectTimeout:
             info = ErrorInfo(status=504, message=f"no connection within {settings.connect_timeout_s:g}s",
                              event_type="timeout", retryable_hint=True)
@@ -188,7 +189,9 @@ class AttemptLoop:
         )
         failed = _Failed(info, plan, timed_out)
         record = attempt.record
-        record.status, record.code, record.message = info.status, info.code or info.type, self.log.redact(info.message)
+        # a transport failure's 502 is only what the client would get: no upstream sent it
+        record.status = None if info.event_type == "transport" else info.status
+        record.code, record.message = info.code or info.type, self.log.redact(info.message)
         record.event_type = info.event_type
         outcome = "fatal" if decision is Decision.FATAL else _OUTCOMES[plan.action]
         record.finish(outcome)
