@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from .redaction import looks_like_credential
+from .apis.google_gemini import streams
 from .rules import Route
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ class OriginalRequest:
     url: str
     headers: tuple[tuple[str, str], ...]
     body: bytes
-    wants_stream: bool = False  # the JSON body says "stream": true
+    wants_stream: bool = False  # the JSON body says "stream": true (Gemini: the URL, `:streamGenerateContent?alt=sse`)
     wants_usage: bool = False  # and "stream_options": {"include_usage": true} (Chat): usage ends the answer
     # where the listener knew only the destination's address (transparent, local, ...): `url`
     # holds the name the client meant, and this the address to reach it at
@@ -38,6 +39,7 @@ class OriginalRequest:
     def of(cls, method: str, url: str, headers: tuple[tuple[str, str], ...], body: bytes, json_body: Any,
            address: str | None = None) -> "OriginalRequest":
         stream = isinstance(json_body, dict) and json_body.get("stream") is True
+        stream = stream or streams(url)  # Gemini says it in the URL
         options = json_body.get("stream_options") if stream else None
         usage = isinstance(options, dict) and options.get("include_usage") is True
         return cls(method, url, headers, body, stream, usage, address)

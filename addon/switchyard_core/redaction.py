@@ -57,21 +57,27 @@ def query_name(piece: str) -> str:
     return unquote_plus(piece.partition("=")[0])
 
 
-def credential_query_values(url: str) -> list[str]:
-    """The values of the URL's query parameters that look like credentials."""
-    query = urlsplit(url).query
-    return [unquote_plus(piece.partition("=")[2]) for piece in query.split("&") if piece
-            and looks_like_credential(query_name(piece))] if query else []
+def credential_query_values(*urls: str) -> list[str]:
+    """The values of the query parameters in `urls` that look like credentials
+    (`?key=`): a provider's error can echo them ("Consumer 'api_key:…' has been
+    suspended")."""
+    values = []
+    for url in urls:
+        for piece in urlsplit(url).query.split("&"):
+            value = piece.partition("=")[2]
+            if value and looks_like_credential(query_name(piece)):
+                values.append(unquote_plus(value))
+    return values
 
 
 def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable[Upstream],
-                  url: str | None = None) -> tuple[str, ...]:
-    """Credential values an exchange carries: the client's (headers and query
-    parameters that look like credentials), and its upstreams' own (their `auth` and
-    anything filled in from the environment)."""
+                  others: Iterable[str] = ()) -> tuple[str, ...]:
+    """Credential values an exchange carries: the client's (headers that look like
+    credentials), its upstreams' own (their `auth` and anything filled in from the
+    environment), and `others` (query parameters that look like credentials:
+    `credential_query_values`)."""
     values = [value for name, value in client_headers if looks_like_credential(name)]
-    if url is not None:
-        values += credential_query_values(url)
+    values += others
     for upstream in upstreams:
         if upstream.auth is not None:
             values.append(upstream.auth[1])

@@ -149,7 +149,7 @@ class Call:
     path: str
     headers: dict[str, str]
     body: bytes
-    query: str = ""  # as it came, undecoded
+    query: str = ""  # as sent (Gemini's `alt=sse` and `key` live there)
 
     def json(self) -> object:
         return json.loads(self.body)
@@ -208,7 +208,7 @@ class FakeProvider:
             reply = side or (queue.popleft() if queue else None)
             self._in_flight += 1
         if reply is None or reply is NORMAL:
-            reply = wire.normal_reply("/" + rest, upstream, _nonce(body), stream=_wants_stream(body))
+            reply = wire.normal_reply("/" + rest, upstream, _nonce(body), stream=_wants_stream(body), request=body)
             if self.pace_s and reply.content_type == "text/event-stream":
                 reply = Reply.sse(*paced(reply.pieces, self.pace_s))
         try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from . import gemini_wire
+
 if TYPE_CHECKING:
     from .fake_provider import Reply
 
@@ -203,8 +205,13 @@ def normal_body(path: str, upstream: str, nonce: str | None = None) -> dict:
     return chat_completion(text)
 
 
-def normal_reply(path: str, upstream: str, nonce: str | None = None, *, stream: bool = True) -> "Reply":
+def normal_reply(path: str, upstream: str, nonce: str | None = None, *, stream: bool = True,
+                 request: bytes = b"") -> "Reply":
     from .fake_provider import Reply
+
+    gemini = gemini_wire.normal_reply(path, answer_text(upstream, nonce), request)
+    if gemini is not None:  # a Gemini model call says in its path whether it streams
+        return gemini
 
     if not stream:
         return Reply.json(200, normal_body(path, upstream, nonce))

@@ -81,7 +81,7 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange) -> None:
         request.url = redact_query(answered)  # a credential it was asked to forward is shown as no other
         upstream = next((u for u in exchange.route.upstreams if record and u.name == record.upstream), None)
         if upstream is not None:
-            request.raw_content = build_request(original, upstream).body  # with its own model, if it has one
+            request.raw_content = build_request(original, upstream, exchange.route.api).body  # with its own model, if it has one
         request.headers["Content-Length"] = str(len(request.raw_content or b""))  # a replay sends it whole
         return
     request.url = answered

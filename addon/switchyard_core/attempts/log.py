@@ -13,7 +13,7 @@ import logging
 from .. import observe
 from ..apis import ErrorInfo
 from ..exchange import AttemptRecord, Exchange
-from ..redaction import redact, secret_values
+from ..redaction import credential_query_values, redact, secret_values
 
 
 class AttemptLog:
@@ -21,7 +21,9 @@ class AttemptLog:
         self.exchange = exchange
         self.route = exchange.route.name
         self.api = exchange.route.api
-        self._secrets = secret_values(exchange.request.headers, exchange.route.upstreams, exchange.request.url)
+        upstreams = exchange.route.upstreams
+        in_queries = credential_query_values(exchange.request.url, *(u.url for u in upstreams if u.url))
+        self._secrets = secret_values(exchange.request.headers, upstreams, in_queries)
         self._quiet_commit: tuple[AttemptRecord, str] | None = None
 
     def redact(self, text: str) -> str:

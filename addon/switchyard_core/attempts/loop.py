@@ -117,11 +117,11 @@ class AttemptLoop:
     # --- one attempt ----------------------------------------------------------------
 
     async def _attempt(self, upstream: Upstream, tries: int, has_next: bool) -> _Failed | None:
-        request = build_request(self.exchange.request, upstream)
+        request = build_request(self.exchange.request, upstream, self.api.name)
         record = AttemptRecord(
             attempt=len(self.exchange.attempts) + 1,
             upstream=upstream.name,
-            url=display_url(self.exchange.request, upstream),
+            url=display_url(self.exchange.request, upstream, self.api.name),
             started=time.monotonic(),
             request_headers=request.headers,
             secret_headers=secret_header_names(upstream),
@@ -183,7 +183,7 @@ class AttemptLoop:
             budget=attempt.upstream.retries,
             has_next=attempt.has_next,
             timed_out=timed_out,
-            retry_after=retry_after_s(headers),
+            retry_after=_first_set(retry_after_s(headers), info.retry_after_s),
             backoff_ms=self.settings.backoff_ms,
             max_backoff_ms=self.settings.max_backoff_ms,
         )
@@ -463,6 +463,11 @@ class AttemptLoop:
 
 
 _OUTCOMES = {"retry": "retry", "next": "next_upstream", "give_up": "give_up"}
+
+
+def _first_set(header: float | None, body: float | None) -> float | None:
+    """A Retry-After header wins over a delay the body asks for (Gemini's RetryInfo)."""
+    return header if header is not None else body
 
 
 def _loop_time(deadline: float | None) -> float | None:
