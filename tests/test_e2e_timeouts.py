@@ -158,7 +158,7 @@ def test_silence_before_output_behind_keepalives_is_bounded_by_request_timeout(e
     assert sep and answer == BACKUP_BYTES
     assert head.startswith(b": switchyard keepalive\n\n")
     log = env.mitm.wait_for_log("switchyard.fallback_answered", mark)
-    assert 'upstream=thinking attempt=1 phase=staging status=504 event=timeout decision=next_upstream message="nothing for 2s"' in log
+    assert 'upstream=thinking attempt=1 phase=staging status=504 event=timeout decision=next_upstream message="no output within 2s"' in log
 
 
 def test_a_non_streaming_body_after_keepalive_headers_is_reported_in_band(env: Env) -> None:

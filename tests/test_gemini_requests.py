@@ -10,7 +10,8 @@ import pytest
 from switchyard_core.apis.google_gemini import model_call, model_in_path, upstream_path
 from switchyard_core.exchange import OriginalRequest
 from switchyard_core.rules import SHIPPED_RULES, Upstream, load_rules
-from switchyard_core.upstreams.messages import build_request, credential_query_values, target_url
+from switchyard_core.redaction import credential_query_values
+from switchyard_core.upstreams.messages import build_request, target_url
 
 
 @pytest.mark.parametrize(

@@ -85,3 +85,23 @@ def test_a_mitmproxy_without_its_legacy_log_hook_still_loads_and_counts_every_ha
 
 def test_mitmproxys_legacy_log_hook_is_found_where_it_is() -> None:
     assert observe.HOOK_HANDLERS == (LegacyLogEvents,)
+
+
+@pytest.mark.parametrize("value, shown", [
+    ("clear\x1b[2Jscreen", '"clear\\u001b[2Jscreen"'),  # no space: it would have been written raw
+    ("back\x08\x08space", '"back\\b\\bspace"'),
+    ("c1\x9b31m csi", '"c1\\u009b31m csi"'),
+    ("del\x7f", '"del\\u007f"'),
+    ("bell\x07", '"bell\\u0007"'),
+    ("plain", "plain"),
+    ("é ü", '"é ü"'),
+])
+def test_control_characters_in_a_value_are_escaped_never_written_raw(value: str, shown: str) -> None:
+    line = observe.format_event("switchyard.attempt_failed", message=value)
+    assert line == f"switchyard.attempt_failed message={shown}"
+    assert not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in line)
+
+
+def test_lines_written_whole_keep_their_line_breaks_and_lose_their_control_characters() -> None:
+    assert observe.printable("rules.yaml:3: routes[0].\x1b[2Jname: bad\nrules.yaml:4: x\x08") == \
+        "rules.yaml:3: routes[0].\\u001b[2Jname: bad\nrules.yaml:4: x\\u0008"

@@ -104,7 +104,7 @@ def test_environment_variables_expand_in_upstream_secrets(tmp_path: Path, monkey
          "${SWY_VAR} is not set"),
         # a key read from a file with its newline: never reaches a header
         ("sk-from-a-file\n", 'url: https://backup.example.com/v1/chat/completions\n        auth: {header: Authorization, value: "Bearer ${SWY_VAR}"}',
-         "${SWY_VAR} holds a line break or NUL (a key read from a file with its newline?)"),
+         "${SWY_VAR} holds a line break or another control character (a key read from a file with its newline?)"),
         # checked once expanded, at load time (not at the first request)
         ("sk-oops-SECRET", 'url: "${SWY_VAR}"', "its url with ${SWY_VAR} expanded is not an http(s) URL"),
     ],
@@ -277,6 +277,110 @@ def test_any_document_loads_or_fails_with_a_rules_error(tmp_path_factory: pytest
         load_rules(path)
     except RulesError as exc:
         assert str(exc).startswith(f"{path}:")
+
+
+# --- settings that would load and then fail every request -----------------------------
+
+
+@pytest.mark.parametrize("upstream, line, problem", [
+    ('url: "https://backup.example.com:99999/v1/chat/completions"', 9,
+     "routes[0].upstreams[1].url: its port must be a number from 1 to 65535, "
+     "got 'https://backup.example.com:99999/v1/chat/completions'"),
+    ('url: "https://:443/v1/chat/completions"', 9, "routes[0].upstreams[1].url: has no host"),
+    ('url: "https://backup example.com/v1"', 9, "routes[0].upstreams[1].url: holds a space or a control character"),
+    ('url: https://backup.example.com/v1/chat/completions\n        headers:\n          "X-Team:Name": dev', 11,
+     "routes[0].upstreams[1].headers.X-Team:Name: 'X-Team:Name' is not a header name"),
+    ('url: https://backup.example.com/v1/chat/completions\n        headers:\n          X-Team: "dev\\r\\nX-Injected: 1"', 11,
+     "routes[0].upstreams[1].headers.X-Team: the value holds a line break or another control character"),
+    ('url: https://backup.example.com/v1/chat/completions\n        headers:\n          X-Team: |\n            dev\n', 11,
+     "routes[0].upstreams[1].headers.X-Team: the value holds a line break or another control character"),
+    ('url: https://backup.example.com/v1/chat/completions\n        auth: {header: "Authorization ", value: "Bearer x"}',
+     10, "routes[0].upstreams[1].auth.header: 'Authorization ' is not a header name"),
+    ('url: https://backup.example.com/v1/chat/completions\n        auth: {header: Authorization, value: "Bearer\\0x"}',
+     10, "routes[0].upstreams[1].auth.value: the value holds a line break or another control character"),
+    ('url: https://backup.example.com/v1/chat/completions\n        forward_headers: [X-Auth-Token, "X Bad"]',
+     10, "routes[0].upstreams[1].forward_headers[1]: 'X Bad' is not a header name"),
+], ids=["port-99999", "no-host", "space-in-url", "colon-in-name", "crlf-in-value", "block-scalar-newline",
+        "space-in-auth-header", "nul-in-auth-value", "bad-forward-header"])
+def test_a_header_or_url_no_request_could_carry_is_refused_at_load_naming_file_line_and_field(
+        tmp_path: Path, upstream: str, line: int, problem: str) -> None:
+    path = write(tmp_path, MINIMAL + f"      - name: backup\n        {upstream}\n")
+    with pytest.raises(RulesError) as caught:
+        load_rules(path)
+    assert str(caught.value).startswith(f"{path}:{line}: {problem}")
+
+
+def test_forwarded_credential_names_are_read_per_upstream(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "      - name: backup\n        url: https://backup.example.com/v1/chat/completions\n"
+                 "        forward_headers: [X-Auth-Token]\n        forward_query: [Subscription-Key]\n")
+    backup = load_rules(path).routes[0].upstreams[1]
+    assert backup.forward_headers == {"x-auth-token"} and backup.forward_query == {"subscription-key"}
+
+
+# --- what a rules file may make the proxy do ------------------------------------------
+
+LAUGHS = "".join(f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9) if n else '1, 2, 3, 4, 5, 6, 7, 8, 9'}]\n"
+                 for n in range(10))
+
+
+@pytest.mark.parametrize("text, line, problem", [
+    (MINIMAL + LAUGHS, 13, "invalid YAML: more than 100,000 values once its aliases are expanded"),
+    (MINIMAL + "".join(f"a{n}: &a{n} 1\n" for n in range(101)) + "b: [" + ", ".join(f"*a{n}" for n in range(101)) + "]\n",
+     109, "invalid YAML: more than 100 aliases (`*name`)"),
+    ("version: 1\nroutes: " + "[" * 5000 + "]" * 5000 + "\n", 2, "invalid YAML: nested more than 50 levels deep"),
+    ("version: 1\nroutes:\n" + "".join("  " * n + "- \n" for n in range(1, 80)), 52,
+     "invalid YAML: nested more than 50 levels deep"),
+    ("version: 1\nx: &x [1, *x]\n", 2, "invalid YAML: an alias inside the node it names"),
+], ids=["billion-laughs", "many-aliases", "deep-flow", "deep-block", "recursive-alias"])
+def test_a_hostile_rules_file_is_refused_at_once_with_its_line(tmp_path: Path, text: str, line: int,
+                                                               problem: str) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    with pytest.raises(RulesError) as caught:
+        load_rules(path)
+    assert str(caught.value) == f"{path}:{line}: {problem}"
+
+
+def test_a_rules_file_over_a_mebibyte_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(MINIMAL + "# padding\n" * 120_000)
+    with pytest.raises(RulesError) as caught:
+        load_rules(path)
+    assert str(caught.value) == f"{path}: the file is over 1024 KiB; rules are never that long"
+
+
+def test_anchors_and_aliases_within_bounds_still_work(tmp_path: Path) -> None:
+    path = write(tmp_path, """\
+        version: 1
+        defaults: &base {retries: 2, backoff_ms: 10}
+        routes:
+          - name: chat
+            match: {path: /v1/chat/completions}
+            <<: *base
+            upstreams:
+              - &openai {name: openai, url: original}
+          - name: chat2
+            match: {path: /v2/chat/completions}
+            api: openai-chat
+            upstreams: [*openai]
+        """)
+    rules = load_rules(path)
+    assert [route.settings.backoff_ms for route in rules.routes] == [10, 10]
+    assert [route.upstreams[0].name for route in rules.routes] == ["openai", "openai"]
+
+
+def test_what_variables_filled_in_is_kept_secret_but_a_host_is_not(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host and port are shown wherever the upstream is; a key in the query, `auth` or a
+    header is redacted in whatever comes back from that upstream."""
+    monkeypatch.setenv("SWY_HOST", "backup.example.com")
+    monkeypatch.setenv("SWY_QUERY_KEY", "sk-query-key-123456")
+    monkeypatch.setenv("SWY_AUTH_KEY", "sk-auth-key-654321")
+    path = write(tmp_path, MINIMAL + "      - name: backup\n"
+                 '        url: "https://${SWY_HOST}/v1/chat/completions?key=${SWY_QUERY_KEY}"\n'
+                 '        auth: {header: Authorization, value: "Bearer ${SWY_AUTH_KEY}"}\n')
+    backup = load_rules(path).routes[0].upstreams[1]
+    assert set(backup.env_values) == {"sk-query-key-123456", "sk-auth-key-654321"}
 
 
 def test_continue_after_cut_and_prefill_keys_are_read(tmp_path: Path) -> None:

@@ -865,3 +865,88 @@ def test_behind_a_listener_that_knew_only_the_address_origins_are_told_by_name()
     assert ("Authorization", "Bearer sk-client") in build_request(original, cheaper).headers
     assert build_request(original, cheaper).address is None  # reached by its name
     assert all(name != "Authorization" for name, _ in build_request(original, elsewhere).headers)
+
+
+# ---------------------------------------------------------------------------
+# what a hostile upstream can make the relay hold
+
+
+@pytest.mark.parametrize("coding, compress", [
+    pytest.param("gzip", _gzip, id="gzip"),
+    pytest.param("deflate", zlib.compress, id="deflate"),
+    pytest.param("br", _brotli, id="br"),
+    pytest.param("zstd", zstd.compress, id="zstd"),
+])
+async def test_a_body_that_inflates_a_thousandfold_comes_out_whole_in_bounded_reads(
+        client: UpstreamClient, coding: str, compress: Callable[[bytes], bytes]) -> None:
+    plain = b"data: " + bytes(24 * 1024 * 1024) + b"\n\n" + b"data: [DONE]\n\n"
+    encoded = compress(plain)
+    assert len(encoded) < len(plain) // 300
+
+    async with Server(answering(response(headers=[("Content-Encoding", coding)], body=encoded), requests=2)) as server:
+        answer = await open_answer(client, server.url())
+        chunks: list[bytes] = []
+        async with asyncio.timeout(WAIT_S * 4):
+            while True:
+                data, error = await answer.body.read_some()
+                if not data:
+                    break
+                chunks.append(data)
+        assert error is None
+        assert b"".join(chunks) == plain
+        assert max(map(len, chunks)) <= 1024 * 1024 + 256 * 1024  # one decoding step (plus what came beside it)
+        # whole and drained: the connection is reused for the next request
+        assert await fetch(client, server.url()) == plain
+    assert server.accepts == 1
+
+
+async def test_an_endless_response_head_fails_the_attempt_at_its_bound(client: UpstreamClient) -> None:
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        peer.writer.write(b"HTTP/1.1 200 OK\r\n")
+        for n in range(4000):  # about 4 MB, far past the bound; the client leaves first
+            peer.writer.write(b"X-Filler-%d: %s\r\n" % (n, b"v" * 1000))
+            await peer.writer.drain()
+
+    async with Server(handle) as server:
+        with pytest.raises(ConnectionBroke) as caught:
+            await open_answer(client, server.url())
+    assert caught.value.what == "upstream sent more than 64 KiB of response head"
+
+
+async def test_one_endless_header_line_fails_the_attempt_at_its_bound(client: UpstreamClient) -> None:
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        peer.writer.write(b"HTTP/1.1 200 OK\r\nX-Long: ")
+        for _ in range(4096):
+            peer.writer.write(b"v" * 1024)
+            await peer.writer.drain()
+
+    async with Server(handle) as server:
+        with pytest.raises(ConnectionBroke) as caught:
+            await open_answer(client, server.url())
+    assert caught.value.what == "upstream sent more than 64 KiB of response head"
+
+
+async def test_too_many_header_lines_fail_the_attempt(client: UpstreamClient) -> None:
+    head = b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: 1\r\n" % n for n in range(300)) + b"Content-Length: 0\r\n\r\n"
+    async with Server(answering(head)) as server:
+        with pytest.raises(ConnectionBroke) as caught:
+            await open_answer(client, server.url())
+    assert caught.value.what == "upstream sent more than 256 header lines"
+
+
+async def test_endless_trailers_break_the_body_at_the_bound(client: UpstreamClient) -> None:
+    async def handle(peer: Peer) -> None:
+        await peer.read_request()
+        peer.writer.write(chunked_head() + chunk(b"hello") + b"0\r\n")
+        for n in range(100_000):
+            peer.writer.write(b"X-Trailer-%d: %s\r\n" % (n, b"v" * 30))
+            await peer.writer.drain()
+
+    async with Server(handle) as server:
+        answer = await open_answer(client, server.url())
+        data, error = await read_all(answer)
+    assert data == b"hello"
+    assert isinstance(error, ConnectionBroke)
+    assert error.what == "upstream sent more than 64 KiB of chunk framing or trailers"

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 from .apis import ErrorInfo
+from .redaction import looks_like_credential
 from .apis.google_gemini import streams
 from .retry import PlanAction
 from .rules import Route
@@ -103,7 +104,8 @@ class AttemptRecord:
     answer: tuple[int, list[tuple[str, str]], bytes] | None = None
 
     def shown_request_headers(self) -> list[tuple[str, str]]:
-        return [(name, "[redacted]" if name.lower() in self.secret_headers else value) for name, value in self.request_headers]
+        return [(name, "[redacted]" if name.lower() in self.secret_headers or looks_like_credential(name) else value)
+                for name, value in self.request_headers]
 
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
                "event_type", "request_id", "duration_s", "fault", "continuation")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 import mitmproxy.log
@@ -32,11 +33,29 @@ SUPPRESSED_AFTER_OUTPUT = "switchyard.failover_suppressed_after_semantic_output"
 METADATA_KEY = "switchyard"  # the flow.metadata key holding a routed flow's story
 
 
+# C0 and C1 controls and DEL: an upstream's message with ESC, BS or CSI in it must not
+# reach the operator's terminal as a command (clear the screen, overwrite a line)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_QUOTED = re.compile('[ "=]')
+
+
 def _value(value: Any) -> str:
+    """A value as it appears in a line: plain if it can be, else quoted, with every
+    control character escaped (JSON escapes C0; C1 and DEL are escaped here)."""
     text = str(value)
-    if not text or any(c in text for c in ' "=\n\r\t'):
-        return json.dumps(text, ensure_ascii=False)
-    return text
+    if text and _QUOTED.search(text) is None and _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(_escape, json.dumps(text, ensure_ascii=False))
+
+
+def _escape(found: re.Match[str]) -> str:
+    return f"\\u{ord(found.group()):04x}"
+
+
+def printable(text: str) -> str:
+    """Lines written whole (a rules file's problems, one per line): control
+    characters escaped as in values, line breaks kept."""
+    return "\n".join(_CONTROL.sub(_escape, line) for line in text.split("\n"))
 
 
 def format_event(name: str, **fields: Any) -> str:

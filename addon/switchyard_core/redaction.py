@@ -1,13 +1,20 @@
-"""Credentials: the headers that carry them, and their values kept out of logs.
+"""Credentials: which names carry them, and their values kept out of logs and flows.
 
+One rule decides both where a client's header or query parameter may go and
+what is shown of it: a name that looks like a credential (`looks_like_credential`)
+is never sent to another origin unless that upstream's rules name it
+(`forward_headers`, `forward_query`), and its value is shown as `[redacted]`.
 A provider's error message can echo a key; every credential value an exchange
 (or a WebSocket connection) carries is replaced by `[redacted]` before a
-message is logged or recorded.
+message is logged or recorded, and the values Switchyard filled in from the
+environment also in what it passes on from an upstream.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from urllib.parse import unquote_plus, urlsplit
 
 from .apis.errors import MESSAGE_LIMIT
 from .rules import Upstream
@@ -27,18 +34,72 @@ CREDENTIAL_HEADERS = frozenset(
 )
 PARTIAL_SECRET_MIN = 4  # shorter tails ("Bea", "sk-") say nothing of a key
 
+# Words that mark a name as a credential's anywhere in it (`X-Auth-Token`,
+# `X-Amz-Security-Token`, `access_token`, `client_secret`, `sessionid`, `Set-Cookie`,
+# `X-Amz-Signature`, `apikey`), and parts that do so when the name is split at `-`,
+# `_` and `.` (`key`, `Ocp-Apim-Subscription-Key`, `x-goog-api-key`, Azure SAS's `sig`).
+_CREDENTIAL_WORDS = re.compile(r"token|secret|auth|passw|pwd|session|cookie|credential|signature|apikey|private")
+_CREDENTIAL_PARTS = frozenset({"key", "sig", "jwt", "sas"})
+_PART = re.compile(r"[^a-z0-9]+")
+
+
+def looks_like_credential(name: str) -> bool:
+    """Whether a header or query parameter named so may carry a credential: then it
+    never goes to another origin unasked, and its value is never shown."""
+    lowered = name.lower()
+    if lowered in CREDENTIAL_HEADERS or _CREDENTIAL_WORDS.search(lowered):
+        return True
+    return any(part in _CREDENTIAL_PARTS or part.endswith("key") for part in _PART.split(lowered))
+
+
+def query_name(piece: str) -> str:
+    """A query string piece's (`a%5Fb=c`) parameter name, as a server reads it."""
+    return unquote_plus(piece.partition("=")[0])
+
+
+def credential_query_values(*urls: str) -> list[str]:
+    """The values of the query parameters in `urls` that look like credentials
+    (`?key=`): a provider's error can echo them ("Consumer 'api_key:…' has been
+    suspended")."""
+    values = []
+    for url in urls:
+        for piece in urlsplit(url).query.split("&"):
+            value = piece.partition("=")[2]
+            if value and looks_like_credential(query_name(piece)):
+                values.append(unquote_plus(value))
+    return values
+
 
 def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable[Upstream],
                   others: Iterable[str] = ()) -> tuple[str, ...]:
-    """Credential values an exchange carries: the client's, and its upstreams' own
-    (their `auth` and any header filled in from the environment), and `others`
-    (credential query parameters: Gemini's `?key=`)."""
-    values = [value for name, value in client_headers if name.lower() in CREDENTIAL_HEADERS]
+    """Credential values an exchange carries: the client's (headers that look like
+    credentials), its upstreams' own (their `auth` and anything filled in from the
+    environment), and `others` (query parameters that look like credentials:
+    `credential_query_values`)."""
+    values = [value for name, value in client_headers if looks_like_credential(name)]
     values += others
     for upstream in upstreams:
         if upstream.auth is not None:
             values.append(upstream.auth[1])
         values += [value for name, value in upstream.headers if name.lower() in upstream.secret_headers]
+        values += upstream.env_values
+    return _longest_first(values)
+
+
+def env_secrets(upstream: Upstream) -> tuple[bytes, ...]:
+    """What the upstream's `${VAR}`s were filled with, as bytes: an upstream may echo its
+    own key ("Incorrect API key provided: sk-..."), and what it sends is passed on."""
+    return tuple(value.encode("utf-8", "surrogateescape") for value in _longest_first(upstream.env_values))
+
+
+def redact_bytes(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    for secret in secrets:
+        if secret in data:
+            data = data.replace(secret, b"[redacted]")
+    return data
+
+
+def _longest_first(values: Iterable[str]) -> tuple[str, ...]:
     found = {part for value in values for part in (value, *value.split()) if len(part) >= 8}
     return tuple(sorted(found, key=len, reverse=True))
 

@@ -22,7 +22,8 @@ from ..observe import METADATA_KEY
 from ..relay import TOKEN_HEADER
 from ..upstreams.messages import build_request, is_cross_origin, redact_query
 
-DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer kept for mitmweb
+DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer, or of a failed attempt's, kept for mitmweb
+TRUNCATED_HEADER = "x-switchyard-truncated"
 
 
 class DisplayCopy:
@@ -77,7 +78,7 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange) -> None:
         record = next((r for r in reversed(exchange.attempts) if r.url == answered), None)
         shown = [("Host", urlsplit(answered).netloc), *(record.shown_request_headers() if record else [])]
         request.headers = Headers([(k.encode(), v.encode()) for k, v in shown])
-        request.url = answered
+        request.url = redact_query(answered)  # a credential it was asked to forward is shown as no other
         upstream = next((u for u in exchange.route.upstreams if record and u.name == record.upstream), None)
         if upstream is not None:
             request.raw_content = build_request(original, upstream, exchange.route.api).body  # with its own model, if it has one
@@ -178,12 +179,18 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
     attempt = http.HTTPFlow(flow.client_conn, connection.Server(address=(parts.hostname or "", port)))
     attempt.request = request
     what = _what(record)
+    cut = ""
     if record.answer is not None:
         status, answer_headers, body = record.answer
-        response = http.Response.make(status, body)
+        # a failed attempt may have held up to `staging_limit`; a flow keeps what a stream's does
+        kept = body[:DISPLAY_LIMIT]
+        response = http.Response.make(status, kept)
         # the headers as the upstream sent them: make() would claim a Content-Length
         # that a streamed answer never had
         response.headers = Headers([(k.encode(), v.encode()) for k, v in answer_headers])
+        if len(kept) < len(body):
+            cut = f"; answer cut to its first {len(kept)} of {len(body)} bytes"
+            response.headers[TRUNCATED_HEADER] = f"first {len(kept)} of {len(body)} bytes kept"
         attempt.response = response
         if 200 <= status < 300 and record.outcome != "continued":
             # the failure came inside a 2xx answer: mitmweb would list a plain green
@@ -195,7 +202,8 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
                                       **record.as_dict(), "url": url}
     if record.continuation:
         what = f"{record.continuation} continuation{': ' + what if what else ''}"
-    attempt.comment = f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; request body omitted"
+    attempt.comment = (f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; "
+                       f"request body omitted{cut}")
     attempt.marked = ":arrows_counterclockwise:" if record.outcome == "continued" else ":red_circle:"
     return attempt
 

@@ -17,7 +17,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from mitmproxy import addonmanager, command, connection, ctx, hooks, http
 from mitmproxy.http import Headers
@@ -34,10 +34,15 @@ from ..relay.mitmproxy_reader import relay_streams
 from ..upstreams import UpstreamClient
 from ..upstreams.client import ConnectHook
 from ..upstreams.messages import redact_query
+from ..upstreams.content_coding import MalformedBody, UnsupportedCoding, decode_within
 from .destination import destination, named_url
 from .flow_story import DisplayCopy, annotate, restore, show_attempts
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral, unusable as streaming_note_unusable
+
+# The most of a request body read to route it (decoded, if it came compressed): a body
+# of 1 MB can inflate to gigabytes.  A larger one goes to its destination unrouted.
+ROUTE_BODY_LIMIT = 32 * 1024 * 1024
 
 UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth",
                     "http_connect_send_host_header"}
@@ -169,25 +174,31 @@ class Router:
     async def route(self, flow: http.HTTPFlow) -> None:
         """The `request` hook, from the end of the chain (see `LastInLine`)."""
         rules = self.keeper.rules
-        if rules is None or flow.response is not None or flow.error is not None or flow.id in self._live:
-            return
+        if rules is None or not flow.live or flow.response is not None or flow.error is not None or flow.id in self._live:
+            return  # (a flow read from a file, or replayed from one, is not live: never sent anywhere by us)
         websocket = "websocket" in flow.request.headers.get("upgrade", "").lower()
-        parsed: list[Any] = []  # the JSON body, parsed at most once, only if a route needs it
+        parsed: list[_Body] = []  # the body, read at most once, only if a route needs it
 
-        def body() -> Any:
+        def body() -> _Body:
             if not parsed:
-                parsed.append(_json_of(flow))
+                parsed.append(_body_of(flow.request))
             return parsed[0]
 
         host, address = destination(flow)
         route = rules.route_for(host, flow.request.path,
-                                lambda: None if websocket else _requested_model(flow.request.path, body))
+                                lambda: None if websocket else _requested_model(flow.request.path, lambda: body().json))
         if route is None or (websocket and route.api != RESPONSES):
-            return  # a WebSocket of another API: mitmproxy relays it as it is
+            if parsed and parsed[0].too_large:  # a route asked for its model: it could not be read
+                _not_routed_too_large(None)
+            return  # (a WebSocket of another API: mitmproxy relays it as it is)
         request = flow.request
         if request.raw_content is None:  # streamed to the origin already (stream_large_bodies)
             observe.emit(logging.WARNING, "switchyard.not_routed", route=route.name,
                          reason="request body was streamed (stream_large_bodies); raise that option to route it")
+            return
+        content = body()
+        if content.too_large:
+            _not_routed_too_large(route.name)
             return
         relay = await self._ensure_relay()
         if relay.stopped:  # the script was reloaded while the relay started: the new Router routes it
@@ -196,12 +207,15 @@ class Router:
                 await successor.route(flow)
             return
         assert relay.port is not None
+        headers = tuple(request.headers.items(multi=True))
+        if content.decoded:  # upstreams get it as it was read: decoded (a `model:` rewrite needs it so)
+            headers = tuple((name, value) for name, value in headers if name.lower() != "content-encoding")
         original = OriginalRequest.of(
             request.method,
             request.url if address is None else named_url(request, host),
-            tuple(request.headers.items(multi=True)),
-            request.raw_content,
-            None if websocket else body(),
+            headers,
+            content.raw,
+            None if websocket else content.json,
             address,
         )
         # HTTP/1 only: a client that leaves closes its connection, which mitmproxy
@@ -342,7 +356,7 @@ class Router:
             lines.append("websocket: " + ", ".join(f"{k}={ws['websocket_' + k]}" for k in (
                 "connections", "turns", "retries_answered", "fallbacks", "suppressed_failovers")))
         text = "\n".join(lines)
-        observe.log.info(text)
+        observe.log.info(observe.printable(text))
         return text
 
 
@@ -381,13 +395,40 @@ def _report_start_failure(task: "asyncio.Task[Relay]") -> None:
         observe.emit(logging.ERROR, "switchyard.relay_failed", error=str(task.exception()))
 
 
-def _json_of(flow: http.HTTPFlow) -> Any:
-    request = flow.request
+class _Body(NamedTuple):
+    """A request body as the Router read it to route."""
+
+    raw: bytes  # what upstreams are sent
+    json: Any  # its JSON, None if it is none
+    decoded: bool = False  # `raw` is the body decoded: its Content-Encoding no longer applies
+    too_large: bool = False  # past ROUTE_BODY_LIMIT: not read, not routed
+
+
+def _body_of(request: http.Request) -> _Body:
+    raw = request.raw_content or b""
+    coding = request.headers.get("content-encoding")
+    decoded = False
+    if coding is None:  # the common case, without a decode step (it is on the first token's path)
+        if len(raw) > ROUTE_BODY_LIMIT:
+            return _Body(raw, None, too_large=True)
+    else:
+        try:
+            plain = decode_within(raw, coding, ROUTE_BODY_LIMIT)
+        except (MalformedBody, UnsupportedCoding):
+            return _Body(raw, None)  # passed on as the client sent it, for its destination to judge
+        if plain is None:
+            return _Body(raw, None, too_large=True)
+        raw, decoded = plain, plain is not raw
     try:
-        body = request.raw_content if "content-encoding" not in request.headers else request.get_content(strict=False)
-        return json.loads(body or b"")
+        return _Body(raw, json.loads(raw or b""), decoded)
     except (ValueError, RecursionError):
-        return None
+        return _Body(raw, None, decoded)
+
+
+def _not_routed_too_large(route: str | None) -> None:
+    observe.emit(logging.WARNING, "switchyard.not_routed", route=route,
+                 reason=f"request body is over {ROUTE_BODY_LIMIT // (1024 * 1024)} MiB (decoded); "
+                        "sent to its destination unrouted")
 
 
 def _requested_model(path: str, body: Callable[[], Any]) -> str | None:

@@ -62,7 +62,7 @@ class RulesKeeper:
             if self.rules is None:
                 # At start-up an ERROR log makes mitmdump exit with status 1.  Raw, not
                 # `observe.emit`: the file's problems are listed one per line
-                observe.log.error("switchyard.rules_invalid %s", exc)
+                observe.log.error("switchyard.rules_invalid %s", observe.printable(str(exc)))
                 return
             raise exceptions.OptionsError(f"switchyard: {exc} (keeping the last good rules)") from None
 
@@ -121,7 +121,7 @@ class RulesKeeper:
         if self.faults is not None:
             # failures made on purpose fail real requests for as long as they are in the file
             for line in self.faults.describe():  # already key=value, as `switchyard.status` shows it
-                observe.log.warning("switchyard.fault_active %s", line)
+                observe.log.warning("switchyard.fault_active %s", observe.printable(line))
 
     def _current_mtime(self) -> float | None:
         try:

@@ -79,7 +79,7 @@ class Endings:
             if error_type is None and info.status is not None:
                 error_type = code_and_type_for_status(self.client.api.name, info.status)[1]
             code = info.code or error_type or "upstream_error"
-            self.client.error_event(info.message or "upstream failed", code, error_type)
+            self.client.error_event(self.log.redact(info.message) if info.message else "upstream failed", code, error_type)
         else:
             self._send(answered)
 
@@ -89,6 +89,7 @@ class Endings:
         self._ended("exhausted", forwarded.record if forwarded is not None else None)
         self.client.stop_keepalive()
         self.log.exhausted(last_message)
+        last_message = self.log.redact(last_message)
         code = "upstream_timeout" if timed_out else "upstream_unavailable"
         if self.client.headers_sent:
             self.client.error_event(f"switchyard: every upstream failed; last: {last_message}", code)

@@ -17,8 +17,7 @@ import logging
 from .. import observe
 from ..apis import ErrorInfo
 from ..exchange import AttemptOutcome, AttemptRecord, Exchange
-from ..redaction import redact, secret_values
-from ..upstreams.messages import credential_query_values
+from ..redaction import credential_query_values, redact, secret_values
 
 
 class AttemptLog:

@@ -24,6 +24,7 @@ from ..apis import APIS, Api, Classification, ErrorInfo, ErrorPolicy
 from ..apis.errors import http_error_info
 from ..exchange import AttemptRecord, Exchange
 from ..gate import SAID_NOTHING, Gate, GateStep
+from ..redaction import env_secrets, redact_bytes
 from ..retry import Plan
 from ..rules import Upstream
 from ..upstreams.messages import (
@@ -65,6 +66,9 @@ class _Try:
     turn: Turn
     record: AttemptRecord
     deadlines: Deadlines
+    # what the upstream's `${VAR}`s hold: never passed on, should it echo them (a failure
+    # that says which key it refused)
+    secrets: tuple[bytes, ...] = ()
 
     @property
     def upstream(self) -> Upstream:
@@ -134,7 +138,7 @@ class AttemptLoop:
         self.exchange.attempts.append(record)
         self.client.attempts = len(self.exchange.attempts)
         deadlines = Deadlines.of(self.settings, streams=self.exchange.request.wants_stream, started=record.started)
-        attempt = _Try(turn, record, deadlines)
+        attempt = _Try(turn, record, deadlines, env_secrets(upstream))
         try:
             async with asyncio.timeout(deadlines.head):
                 answer: Answer = await self.http.open(request, connect_timeout_s=deadlines.connect,
@@ -172,6 +176,7 @@ class AttemptLoop:
 
     async def _http_failure(self, answer: Answer, attempt: _Try) -> _Failed | None:
         body, complete = await read_bounded(answer, ERROR_BODY_LIMIT, attempt.deadlines.error_body)
+        body = redact_bytes(body, attempt.secrets)
         failed = self._fail(attempt, http_error_info(answer.status, body), headers=answer.headers)
         answered = self.end.keep(attempt.record, answer, body, complete=complete)
         if failed.plan.action == "give_up":
@@ -203,10 +208,10 @@ class AttemptLoop:
                 if self._commit_whole(attempt, "body_limit"):
                     return None
                 self.client.start(answer.status, forwarded_response_headers(answer.headers), attempt.upstream.name)
-                self.client.write(b"".join(chunks))
-                await self._pass_rest(answer, attempt.deadlines)
+                self.client.write(redact_bytes(b"".join(chunks), attempt.secrets))
+                await self._pass_rest(answer, attempt.deadlines, attempt.secrets)
                 return None
-        body = b"".join(chunks)
+        body = redact_bytes(b"".join(chunks), attempt.secrets)
         body_error: ErrorInfo | None = None
         if "json" in answer.headers.get("Content-Type", "").lower():
             try:
@@ -254,7 +259,7 @@ class AttemptLoop:
         body = answer.body
         silence = self._silence(answer)
         touch = silence.touch
-        write = self.client.write
+        write = self._writer(attempt.secrets)
         passes = gate.passes
         failures: list[Classification] = []
 
@@ -327,9 +332,9 @@ class AttemptLoop:
         if info in SAID_NOTHING:
             # shown in mitmweb, never forwarded: as sent it would read as an empty success;
             # the last failure that said something is forwarded, else Switchyard's own error
-            self.end.show(attempt.record, answer, gate.held())
+            self.end.show(attempt.record, answer, redact_bytes(gate.held(), attempt.secrets))
             return failed
-        answered = self.end.keep(attempt.record, answer, gate.held())
+        answered = self.end.keep(attempt.record, answer, redact_bytes(gate.held(), attempt.secrets))
         if failed.plan.action != "give_up":
             return failed
         # the last possible attempt: the client gets it as the provider sent it
@@ -338,8 +343,8 @@ class AttemptLoop:
         self.client.stop_keepalive()
         if not self.client.headers_sent:
             self.client.start(answer.status, answered.headers, attempt.upstream.name)
-        self.client.write(gate.pass_through())
-        await self._pass_rest(answer, attempt.deadlines)
+        self.client.write(redact_bytes(gate.pass_through(), attempt.secrets))
+        await self._pass_rest(answer, attempt.deadlines, attempt.secrets)
         return None
 
     def _output(self, step: GateStep, attempt: _Try, answer: Answer) -> None:
@@ -353,18 +358,19 @@ class AttemptLoop:
         if step.failures_after_output:
             self._suppressed(step, attempt)
         if step.emit:
-            self.client.write(step.emit)
+            self.client.write(redact_bytes(step.emit, attempt.secrets) if attempt.secrets else step.emit)
 
     def _suppressed(self, step: GateStep, attempt: _Try) -> None:
         for failure in step.failures_after_output:
             self.log.suppressed(attempt.record, failure.error, failure.event_type)
 
-    async def _pass_rest(self, answer: Answer, deadlines: Deadlines) -> None:
-        """The rest of an answer forwarded as sent; if it breaks or stalls, so does the
-        client's (a clean end would claim a complete answer)."""
+    async def _pass_rest(self, answer: Answer, deadlines: Deadlines, secrets: tuple[bytes, ...] = ()) -> None:
+        """The rest of an answer forwarded as sent (the upstream's own secrets redacted,
+        read by read); if it breaks or stalls, so does the client's (a clean end would
+        claim a complete answer)."""
         silence = self._silence(answer)
         touch = silence.touch
-        write = self.client.write
+        write = self._writer(secrets)
 
         def timed(chunk: bytes) -> None:
             touch()
@@ -377,6 +383,18 @@ class AttemptLoop:
             broke = True
         if broke:
             self.client.cut()
+
+    def _writer(self, secrets: tuple[bytes, ...]) -> Callable[[bytes], None]:
+        """The client's write, redacting what the upstream's `${VAR}`s hold read by read (a
+        value split across two reads is not seen); plain where it has none, the usual case."""
+        write = self.client.write
+        if not secrets:
+            return write
+
+        def redacting(chunk: bytes) -> None:
+            write(redact_bytes(chunk, secrets))
+
+        return redacting
 
     def _silence(self, answer: Answer) -> Silence:
         """A read deadline for `answer`; quiet while the client holds it back does not count."""

@@ -15,18 +15,21 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
 from ..apis import api_for_path
 from ..apis.errors import DEFAULT_RETRY_ON
 from ..continuation.request import PREFILL_APIS
-from .locations import RulesError, compose_with_lines, field_problem, line_of, validation_problems
+from .locations import RULES_SIZE_LIMIT, RulesError, compose_with_lines, field_problem, line_of, validation_problems
 from .schema import FaultSpec, RulesFile, Settings, UpstreamSpec
 
 SHIPPED_RULES = Path(__file__).resolve().parents[3] / "rules.yaml"
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: what a header name may be
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # never in a header value (a tab may be)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,9 @@ class Upstream:
     headers: tuple[tuple[str, str], ...]
     display_url: str | None = None  # `url` as written, `${VAR}` unexpanded: safe to show
     secret_headers: frozenset[str] = frozenset()  # lowercased names whose values came from the environment
+    env_values: tuple[str, ...] = ()  # what `${VAR}`s were filled with: never shown, never passed on
+    forward_headers: frozenset[str] = frozenset()  # lowercased: the client's, sent although they look like credentials
+    forward_query: frozenset[str] = frozenset()
     prefill: bool = False  # continues a conversation that ends in an assistant message
     # merged into a prefill request's top level, and into its final assistant message
     prefill_body: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -121,15 +127,17 @@ def default_rules_path(cwd: Path | None = None) -> Path:
 # --- resolution -------------------------------------------------------------
 
 
-def _expand(text: str, missing: set[str], broken: set[str]) -> str:
+def _expand(text: str, missing: set[str], broken: set[str], filled: list[tuple[str, str]] | None = None) -> str:
     def sub(found: re.Match[str]) -> str:
         value = os.environ.get(found.group(1))
         if value is None or value == "":
             missing.add(found.group(1))
             return ""
-        if any(c in value for c in "\r\n\0"):
+        if _CONTROL.search(value):
             broken.add(found.group(1))  # would split a header: never sent
             return ""
+        if filled is not None:
+            filled.append((found.group(1), value))
         return value
 
     return _VAR.sub(sub, text)
@@ -140,25 +148,30 @@ def _resolve_upstream(
 ) -> Upstream | None:
     missing: set[str] = set()
     broken: set[str] = set()
-    url = None if spec.url == "original" else _expand(spec.url, missing, broken)
-    auth = (spec.auth.header, _expand(spec.auth.value, missing, broken)) if spec.auth else None
-    headers = tuple((name, _expand(value, missing, broken)) for name, value in spec.headers.items())
+    filled: list[tuple[str, str]] = []
+    url = None if spec.url == "original" else _expand(spec.url, missing, broken, filled)
+    auth = (spec.auth.header, _expand(spec.auth.value, missing, broken, filled)) if spec.auth else None
+    headers = tuple((name, _expand(value, missing, broken, filled)) for name, value in spec.headers.items())
     if missing:
         names = ", ".join(f"${{{name}}}" for name in sorted(missing))
         warnings.append(f"{where}: upstream {spec.name!r} skipped: {names} is not set")
         return None
     if broken:
         names = ", ".join(f"${{{name}}}" for name in sorted(broken))
-        warnings.append(f"{where}: upstream {spec.name!r} skipped: {names} holds a line break or NUL "
-                        "(a key read from a file with its newline?)")
+        warnings.append(f"{where}: upstream {spec.name!r} skipped: {names} holds a line break or another "
+                        "control character (a key read from a file with its newline?)")
         return None
-    if url is not None and "${" in spec.url and not _is_http_url(url):
+    if url is not None and "${" in spec.url and _http_url_problem(url) is not None:
         # checked as written at load time only where it held no variable
         names = ", ".join(sorted(f"${{{name}}}" for name in set(_VAR.findall(spec.url))))
         warnings.append(f"{where}: upstream {spec.name!r} skipped: its url with {names} expanded is not "
                         "an http(s) URL")  # the value itself is not shown: it may be a secret put there by mistake
         return None
     secret = {name.lower() for name, value in spec.headers.items() if _VAR.search(value)}
+    # a host and port are shown wherever the upstream is (mitmweb's destination): not secrets
+    written = urlsplit(spec.url)
+    elsewhere = " ".join([written.path, written.query, spec.auth.value if spec.auth else "", *spec.headers.values()])
+    in_host = set(_VAR.findall(written.netloc)) - set(_VAR.findall(elsewhere))
     if spec.auth is not None:
         secret.add(spec.auth.header.lower())
     return Upstream(
@@ -170,6 +183,9 @@ def _resolve_upstream(
         headers=headers,
         display_url=None if spec.url == "original" else spec.url,
         secret_headers=frozenset(secret),
+        env_values=tuple(sorted({value for name, value in filled if name not in in_host}, key=len, reverse=True)),
+        forward_headers=frozenset(name.lower() for name in spec.forward_headers),
+        forward_query=frozenset(name.lower() for name in spec.forward_query),
         prefill=spec.prefill,
         prefill_body=MappingProxyType(dict(spec.prefill_body or {})),
         prefill_message=MappingProxyType(dict(spec.prefill_message or {})),
@@ -193,6 +209,25 @@ def _takes_all_of(earlier: Route, later: Route) -> bool:
     return True
 
 
+def _http_url_problem(url: str) -> str | None:
+    """What keeps `url` from being an upstream's URL, if anything: found at load, not
+    by every request failing later."""
+    if re.match(r"^https?://[^/\s]+", url, re.IGNORECASE) is None:
+        return "must be `original` or an http(s) URL"
+    if re.search(r"[\x00-\x20\x7f]", url):
+        return "holds a space or a control character"
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return "its port must be a number from 1 to 65535"
+    if port == 0:
+        return "its port must be a number from 1 to 65535"
+    if not parts.hostname:
+        return "has no host"
+    return None
+
+
 def _idle_prefill(api: str, strategies: tuple[str, ...], upstreams: list[Upstream]) -> str | None:
     """Why a route's `prefill` strategy can never run, if it cannot."""
     if "prefill" not in strategies:
@@ -204,20 +239,44 @@ def _idle_prefill(api: str, strategies: tuple[str, ...], upstreams: list[Upstrea
     return None
 
 
-def _is_http_url(url: str) -> bool:
-    return re.match(r"^https?://[^/\s]+", url) is not None
-
-
 def _url_problem(url: str) -> str | None:
-    if url == "original" or "${" in url or _is_http_url(url):
+    if url == "original" or "${" in url:
         return None  # one with a variable is checked once expanded
-    return f"must be `original` or an http(s) URL, got {url!r}"
+    problem = _http_url_problem(url)
+    return None if problem is None else f"{problem}, got {url!r}"
+
+
+def _header_problems(spec: UpstreamSpec, loc: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+    """Header names and values that no request could carry: refused at load, with
+    where they are, rather than every request to that upstream failing."""
+    found: list[tuple[tuple[Any, ...], str]] = []
+
+    def name_problem(name: str, where: tuple[Any, ...]) -> None:
+        if _TOKEN.fullmatch(name) is None:
+            found.append((where, f"{name!r} is not a header name (letters, digits and !#$%&'*+-.^_`|~ only; "
+                                 "no spaces or colons)"))
+
+    def value_problem(value: str, where: tuple[Any, ...]) -> None:
+        if _CONTROL.search(value):
+            found.append((where, "the value holds a line break or another control character"))
+
+    if spec.auth is not None:
+        name_problem(spec.auth.header, loc + ("auth", "header"))
+        value_problem(spec.auth.value, loc + ("auth", "value"))
+    for name, value in spec.headers.items():
+        name_problem(name, loc + ("headers", name))
+        value_problem(value, loc + ("headers", name))
+    for index, name in enumerate(spec.forward_headers):
+        name_problem(name, loc + ("forward_headers", index))
+    return found
 
 
 def load_rules(path: Path) -> Rules:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(RULES_SIZE_LIMIT + 1)  # a larger file is refused, never read whole
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise RulesError(f"{path}: cannot read rules: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -262,6 +321,11 @@ def load_rules(path: Path) -> Rules:
             url_problem = _url_problem(upstream_spec.url)
             if url_problem is not None:
                 problem(u_loc + ("url",), url_problem)
+                continue
+            header_problems = _header_problems(upstream_spec, u_loc)
+            for loc, message in header_problems:
+                problem(loc, message)
+            if header_problems:
                 continue
             where = f"{path}:{line_of(u_loc, lines)}"
             resolved = _resolve_upstream(upstream_spec, settings.retries, where, warnings)

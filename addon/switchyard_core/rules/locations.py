@@ -21,6 +21,56 @@ class RulesError(Exception):
     """A rules file that cannot be used; the message names file, line and field."""
 
 
+# What a rules file may make the proxy read: it is read in the proxy's own event loop, at
+# start-up and on every edit.  A 500-byte file of nested aliases ("billion laughs") expands
+# to billions of nodes; a deeply nested one overflows Python's stack.
+RULES_SIZE_LIMIT = 1024 * 1024
+ALIAS_LIMIT = 100
+DEPTH_LIMIT = 50
+EXPANDED_NODE_LIMIT = 100_000  # nodes, counting each alias as all it stands for
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, composing within the bounds above."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+        self._sizes: dict[int, int] = {}  # a composed node's size as expanded, by id
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            self._aliases += 1
+            if self._aliases > ALIAS_LIMIT:
+                raise yaml.composer.ComposerError(None, None, f"more than {ALIAS_LIMIT} aliases (`*name`)", mark)
+            node = super().compose_node(parent, index)
+            if id(node) not in self._sizes:
+                raise yaml.composer.ComposerError(None, None, "an alias inside the node it names", mark)
+            return node
+        mark = self.peek_event().start_mark
+        self._depth += 1
+        if self._depth > DEPTH_LIMIT:
+            raise yaml.composer.ComposerError(None, None, f"nested more than {DEPTH_LIMIT} levels deep", mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if node is None:
+            return None
+        size = 1
+        if isinstance(node, yaml.SequenceNode):
+            size += sum(self._sizes.get(id(item), 1) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size += sum(self._sizes.get(id(key), 1) + self._sizes.get(id(value), 1) for key, value in node.value)
+        if size > EXPANDED_NODE_LIMIT:
+            raise yaml.composer.ComposerError(None, None, f"more than {EXPANDED_NODE_LIMIT:,} values once its "
+                                              "aliases are expanded", mark)
+        self._sizes[id(node)] = size
+        return node
+
+
 class _BadKey(Exception):
     def __init__(self, loc: tuple[Any, ...], line: int, message: str) -> None:
         self.loc, self.line, self.message = loc, line, message
@@ -68,8 +118,11 @@ def field_problem(path: Path, lines: dict[tuple[Any, ...], int], loc: tuple[Any,
 
 
 def compose_with_lines(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    if len(text) > RULES_SIZE_LIMIT:
+        raise RulesError(f"{path}: the file is over {RULES_SIZE_LIMIT // 1024} KiB; rules are never that long")
+    loader = _BoundedLoader(text)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
@@ -80,6 +133,8 @@ def compose_with_lines(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...]
         raise RulesError(f"{path}:{line}: invalid YAML: {exc.problem or exc}{where}") from None
     except yaml.YAMLError as exc:
         raise RulesError(f"{path}: invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
     if root is None:
         raise RulesError(f"{path}:1: the file is empty; it needs at least `version: 1`")
     lines: dict[tuple[Any, ...], int] = {}

@@ -117,6 +117,10 @@ class UpstreamSpec(_Strict):
     retries: Count | None = None
     auth: Auth | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+    # the client's headers and query parameters that look like credentials but that this
+    # upstream, on another origin, should still get (by name; the rest never go there)
+    forward_headers: list[str] = Field(default_factory=list)
+    forward_query: list[str] = Field(default_factory=list)
     prefill: bool = False  # it continues a conversation that ends in an assistant message
     prefill_body: Annotated[dict[str, Any] | None, AfterValidator(no_request_keys)] = None
     prefill_message: dict[str, Any] | None = None

@@ -29,10 +29,16 @@ from mitmproxy.net.http import http1, validate
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from .body import Body
-from .content_coding import Decoder, MalformedBody, UnsupportedCoding, decoder_for
+from .content_coding import DECODED_PER_READ, Decoder, MalformedBody, UnsupportedCoding, decoder_for
 from .messages import ConnectionBroke
 
 CONNECT_REPLY_LIMIT = 64 * 1024
+# An answer's head: its bytes (status line and header lines, interim answers' too) and
+# its header lines.  Past either the attempt fails: a peer that sends headers forever
+# must not hold memory until `headers_timeout_s`.  The same byte bound holds for what
+# arrives between body bytes (chunk framing, trailers).
+HEAD_LIMIT = 64 * 1024
+HEADER_COUNT_LIMIT = 256
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: what a header name may be
 _HEAD_END = re.compile(rb"\r?\n\r?\n")  # where a reply's head ends, as mitmproxy finds it
 _LINE_END = re.compile(rb"\r?\n")
@@ -76,7 +82,8 @@ class _Response:
     """One request's answer, read off its connection by httptools' callbacks."""
 
     __slots__ = ("connection", "parser", "method", "request", "head", "headers", "pieces", "answer", "decoder",
-                 "complete", "until_close", "keep_alive")
+                 "complete", "until_close", "keep_alive", "unframed", "problem", "held", "backlog", "drain",
+                 "message_done")
 
     def __init__(self, connection: UpstreamConnection, method: str) -> None:
         self.connection = connection
@@ -98,6 +105,12 @@ class _Response:
         self.complete = False
         self.until_close = False  # a body with neither length nor chunks: it ends when the connection does
         self.keep_alive = False  # the answer lets the connection be reused
+        self.unframed = 0  # bytes fed since the head began or body bytes last came
+        self.problem: str | None = None  # why a callback stopped the parser
+        self.held = False  # the body asked to stop reading (its reader or the client is behind)
+        self.backlog = False  # the decoder holds more than one read may give out: reading waits
+        self.drain: asyncio.Handle | None = None
+        self.message_done = False  # the parser saw the answer's end; decoded bytes may still wait
 
     # --- httptools' callbacks ----------------------------------------------------------
 
@@ -106,6 +119,11 @@ class _Response:
             # the parser's leniency is for values (a folded line); a name it let through with a
             # space (`Transfer-Encoding : chunked`) would dodge every check of the framing
             raise ValueError("malformed header name")  # the parser stops: "malformed HTTP response"
+        if self.answer is not None:
+            return  # a trailer: not read (what it may take is bounded in `data_received`)
+        if len(self.headers) >= HEADER_COUNT_LIMIT:
+            self.problem = f"upstream sent more than {HEADER_COUNT_LIMIT} header lines"
+            raise ValueError(self.problem)
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -114,6 +132,7 @@ class _Response:
             self.broke("upstream sent more than one answer")
             return
         status = self.parser.get_status_code()
+        self.unframed = 0
         if status < 200:  # 1xx: interim, the real answer follows
             self.headers = []
             return
@@ -157,13 +176,10 @@ class _Response:
     def on_body(self, data: bytes) -> None:
         if self.answer is None or self.complete:
             return
+        self.unframed = 0
         if self.decoder is not None:
-            try:
-                data = self.decoder.decompress(data)
-            except MalformedBody:
-                self.broke("malformed compressed body")
-                return
-        if data:
+            self.decoder.feed(data)  # decoded once the whole read is parsed, a bounded step at a time
+        elif data:
             self.pieces.append(data)  # delivered once the whole read is parsed: one write per read
 
     def on_message_complete(self) -> None:
@@ -171,9 +187,18 @@ class _Response:
         if answer is None:  # the end of a 1xx
             self.headers = []
             return
-        if self.complete:
+        if self.complete or self.message_done:
             return
+        self.message_done = True
+        self.unframed = 0
         self.deliver()
+        if not self.backlog and not self.complete:
+            self.finish_message()
+
+    def finish_message(self) -> None:
+        """The answer's end, once every decoded byte of it is out."""
+        answer = self.answer
+        assert answer is not None
         if self.decoder is not None:
             try:
                 answer.body.feed(self.decoder.flush())
@@ -190,20 +215,63 @@ class _Response:
 
     # --- the connection's side -------------------------------------------------------
 
-    def deliver(self) -> None:
-        """What one read brought of the body, to the body, in one piece."""
+    def deliver(self, decode: bool = True) -> None:
+        """What one read brought of the body, to the body, in one piece.
+
+        A compressed read is decoded at most DECODED_PER_READ bytes at a time: while
+        the decoder holds more, the connection stops reading, and each further step
+        runs in a later pass of the loop once the body can take it (`drain_step`)."""
         pieces = self.pieces
+        decoder = self.decoder
+        if decode and decoder is not None and self.answer is not None and not self.complete and not self.held:
+            try:
+                decoded = decoder.read(DECODED_PER_READ)
+            except MalformedBody:
+                self.broke("malformed compressed body")
+                return
+            if decoded:
+                pieces.append(decoded)
         if pieces and self.answer is not None:
             data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
             self.answer.body.feed(data)
+        if decoder is None or self.complete or self.answer is None:
+            return
+        if decoder.pending:
+            if not self.backlog:
+                self.backlog = True
+                self.connection.transport_reading(False)
+            if not self.held:
+                self.schedule_drain()
+        elif self.backlog:
+            self.backlog = False
+            if self.message_done:
+                self.finish_message()
+            elif not self.held:
+                self.connection.transport_reading(True)
+
+    def schedule_drain(self) -> None:
+        if self.drain is None:
+            self.drain = asyncio.get_running_loop().call_soon(self.drain_step)
+
+    def drain_step(self) -> None:
+        self.drain = None
+        if self.backlog and not self.held:
+            self.deliver()
+
+    def overflow(self) -> str | None:
+        """After a read was parsed: what is wrong if the bytes outside any body grew past HEAD_LIMIT."""
+        if self.unframed > HEAD_LIMIT and not self.complete:
+            part = "response head" if self.answer is None else "chunk framing or trailers"
+            return f"upstream sent more than {HEAD_LIMIT // 1024} KiB of {part}"
+        return None
 
     def broke(self, what: str) -> None:
         error = ConnectionBroke(what)
         if not self.head.done():
             self.head.set_exception(error)
         elif self.answer is not None and not self.complete:
-            self.deliver()  # what came before the break comes first
+            self.deliver(decode=False)  # what came before the break comes first
             self.complete = True
             self.answer.body.end(error)
         self.connection.abort()
@@ -217,7 +285,15 @@ class _Response:
         answer = self.answer
         if answer is None or self.complete:
             return
+        if self.message_done:
+            return  # whole: the decoded rest is still going out (`drain_step`), and ends it
+        if self.until_close and clean and self.backlog:
+            self.message_done = True  # the close ends it, once the decoded rest is out
+            return
         self.deliver()
+        if self.until_close and clean and self.backlog:
+            self.message_done = True
+            return
         self.complete = True
         decoder = self.decoder
         if not (self.until_close and clean):
@@ -269,13 +345,18 @@ class UpstreamConnection(asyncio.Protocol):
         if response is None or parser is None:  # nothing asked: a server talking out of turn
             self.abort()
             return
+        response.unframed += len(data)
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             response.broke("upstream switched protocols")
         except httptools.HttpParserError:
-            response.broke("malformed HTTP response")
+            response.broke(response.problem or "malformed HTTP response")
         else:
+            too_much = response.overflow()
+            if too_much is not None:
+                response.broke(too_much)
+                return
             response.deliver()
 
     def eof_received(self) -> bool:
@@ -292,12 +373,26 @@ class UpstreamConnection(asyncio.Protocol):
         self._peer_closed(clean=exc is None)
 
     def pause_reading(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.pause_reading()
+        """The body's reader (or the client) is behind."""
+        if self._response is not None:
+            self._response.held = True
+        self.transport_reading(False)
 
     def resume_reading(self) -> None:
+        response = self._response
+        if response is not None:
+            response.held = False
+            if response.backlog:
+                response.schedule_drain()  # decoded bytes first; reading resumes once they are out
+                return
+        self.transport_reading(True)
+
+    def transport_reading(self, reading: bool) -> None:
         if self.transport is not None and not self.closed:
-            self.transport.resume_reading()
+            if reading:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
 
     # --- the client's side -----------------------------------------------------------
 
@@ -348,6 +443,7 @@ class UpstreamConnection(asyncio.Protocol):
         response = self._response
         if response is not None and response.answer is answer and not response.complete:
             response.answer = None
+            response.backlog = False
             self.abort()
 
     def answered(self, reusable: bool) -> None:

@@ -30,9 +30,25 @@ class UnsupportedCoding(Exception):
     """A content coding the relay cannot read (and did not ask for)."""
 
 
+DECODED_PER_READ = 1024 * 1024  # decoded bytes one step may produce: a small body can inflate a thousandfold
+
+
 class Decoder(Protocol):
-    def decompress(self, data: bytes) -> bytes:
-        """Raises MalformedBody."""
+    """Compressed bytes in (`feed`), decoded bytes out in bounded steps (`read`), so
+    that what a compressed body inflates to is never held whole: the reader takes
+    one step, hands it on, and asks for the next only once that is gone."""
+
+    def feed(self, data: bytes) -> None:
+        """Keep `data` to decode; nothing is decoded yet."""
+        ...
+
+    def read(self, limit: int) -> bytes:
+        """Up to `limit` decoded bytes of what was fed.  Raises MalformedBody."""
+        ...
+
+    @property
+    def pending(self) -> bool:
+        """Whether `read` may give more without more input."""
         ...
 
     def flush(self) -> bytes: ...
@@ -60,43 +76,83 @@ def decoder_for(content_encoding: str) -> Decoder | None:
                             "which it was not asked for and Switchyard cannot read")
 
 
+def decode_within(data: bytes, content_encoding: str, limit: int) -> bytes | None:
+    """`data` decoded whole, or None if it decodes to more than `limit` bytes (only
+    `limit` + one step is ever decoded).  Raises MalformedBody, UnsupportedCoding."""
+    decoder = decoder_for(content_encoding)
+    if decoder is None:
+        return data if len(data) <= limit else None
+    decoder.feed(data)
+    out: list[bytes] = []
+    size = 0
+    while True:
+        piece = decoder.read(min(DECODED_PER_READ, limit + 1 - size))
+        out.append(piece)
+        size += len(piece)
+        if size > limit:
+            return None
+        if not decoder.pending:
+            break
+    tail = decoder.flush()
+    if size + len(tail) > limit:
+        return None
+    if not decoder.complete:
+        raise MalformedBody("the compressed body is cut short")
+    return b"".join(out) + tail
+
+
 class _Zlib:
     """gzip or deflate.  HTTP's "deflate" is zlib-wrapped by the spec and raw in some
     servers: both are taken, told apart by the zlib header once two bytes are in."""
 
-    __slots__ = ("_gzip", "_inner", "_head", "_fed")
+    __slots__ = ("_gzip", "_inner", "_input", "_full", "_fed")
 
     def __init__(self, coding: str) -> None:
         self._gzip = coding == "gzip"
         self._inner = zlib.decompressobj(16 + zlib.MAX_WBITS) if self._gzip else None
-        self._head = b""
+        self._input = b""  # fed, not decoded yet
+        self._full = False  # the last read filled its limit: zlib may hold more output
         self._fed = False
 
-    def decompress(self, data: bytes) -> bytes:
+    def feed(self, data: bytes) -> None:
+        if data:
+            self._fed = True
+            self._input = self._input + data if self._input else data
+
+    def read(self, limit: int) -> bytes:
         try:
-            return self._decompress(data)
+            return self._read(limit)
         except zlib.error as exc:
             raise MalformedBody(str(exc)) from None
 
-    def _decompress(self, data: bytes) -> bytes:
-        if data:
-            self._fed = True
+    def _read(self, limit: int) -> bytes:
         if self._inner is None:
-            self._head += data
-            if len(self._head) < 2:
+            if len(self._input) < 2:
                 return b""
-            cmf, flg = self._head[0], self._head[1]
+            cmf, flg = self._input[0], self._input[1]
             wrapped = cmf & 0x0F == 8 and (cmf * 256 + flg) % 31 == 0
             self._inner = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
-            data, self._head = self._head, b""
-        out = self._inner.decompress(data)
-        while self._inner.eof and self._inner.unused_data:
-            rest = self._inner.unused_data
+        data, self._input = self._input, b""
+        out: list[bytes] = []
+        size = 0
+        while size < limit:  # (a max_length of 0 would mean no limit at all)
+            piece = self._inner.decompress(data, limit - size)
+            out.append(piece)
+            size += len(piece)
+            data = self._inner.unconsumed_tail
+            if not (self._inner.eof and self._inner.unused_data):
+                break
             if not self._gzip:
                 raise zlib.error("bytes after the end of a deflate stream")
+            data = self._inner.unused_data
             self._inner = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip allows several members, one after another
-            out += self._inner.decompress(rest)
-        return out
+        self._input = data
+        self._full = size >= limit
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._input) and self._inner is not None or self._full
 
     def flush(self) -> bytes:
         try:
@@ -109,73 +165,103 @@ class _Zlib:
         return not self._fed or (self._inner is not None and self._inner.eof)
 
 
-class _Incremental:
-    """A decompressor fed piece by piece; `complete` once its stream has ended (or
-    nothing came: an empty body is a whole one)."""
+class _Brotli:
+    """brotli.  Its output limit is a soft one (a buffer that grows), and whether it
+    holds more output it does not say: what came past a read's limit waits here, and
+    after a read that gave anything, the next one asks again."""
 
-    __slots__ = ("_fed",)
-    _errors: tuple[type[Exception], ...] = ()
+    __slots__ = ("_inner", "_input", "_output", "_more", "_fed")
 
     def __init__(self) -> None:
+        self._inner = brotli.Decompressor()
+        self._input = b""
+        self._output = b""  # decoded past the last read's limit
+        self._more = False  # the last step gave output: it may hold more
         self._fed = False
 
-    def decompress(self, data: bytes) -> bytes:
-        if not data:
-            return b""
-        self._fed = True
-        try:
-            return self._step(data)
-        except self._errors as exc:
-            raise MalformedBody(str(exc)) from None
+    def feed(self, data: bytes) -> None:
+        if data:
+            self._fed = True
+            self._input = self._input + data if self._input else data
+
+    def read(self, limit: int) -> bytes:
+        out = self._output
+        if len(out) < limit and (self._input or self._more):
+            try:
+                if self._inner.can_accept_more_data():
+                    data, self._input = self._input, b""
+                else:
+                    data = b""  # it must be drained with empty input first
+                step = self._inner.process(data, output_buffer_limit=limit - len(out))
+            except brotli.error as exc:
+                raise MalformedBody(str(exc)) from None
+            self._more = bool(step) and not self._inner.is_finished()
+            out += step
+        self._output = out[limit:]
+        return out[:limit] if len(out) > limit else out
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._input) or bool(self._output) or self._more
 
     def flush(self) -> bytes:
         return b""
 
     @property
     def complete(self) -> bool:
-        return not self._fed or self._finished()
-
-    def _step(self, data: bytes) -> bytes:
-        raise NotImplementedError
-
-    def _finished(self) -> bool:
-        raise NotImplementedError
+        return not self._fed or self._inner.is_finished()
 
 
-class _Brotli(_Incremental):
-    __slots__ = ("_inner",)
-    _errors = (brotli.error,)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._inner = brotli.Decompressor()
-
-    def _step(self, data: bytes) -> bytes:
-        return self._inner.process(data)
-
-    def _finished(self) -> bool:
-        return self._inner.is_finished()
-
-
-class _Zstd(_Incremental):
+class _Zstd:
     """zstd; a body may hold several frames, one after another."""
 
-    __slots__ = ("_inner",)
-    _errors = (zstd.ZstdError, EOFError)
+    __slots__ = ("_inner", "_input", "_fed")
 
     def __init__(self) -> None:
-        super().__init__()
         self._inner = zstd.ZstdDecompressor()
+        self._input = b""
+        self._fed = False
 
-    def _step(self, data: bytes) -> bytes:
-        if self._inner.eof:  # the last read ended a frame exactly: this one starts the next
-            self._inner = zstd.ZstdDecompressor()
-        out = self._inner.decompress(data)
-        while self._inner.eof and self._inner.unused_data:
-            rest = self._inner.unused_data
-            self._inner = zstd.ZstdDecompressor()
-            out += self._inner.decompress(rest)
-        return out
+    def feed(self, data: bytes) -> None:
+        if data:
+            self._fed = True
+            self._input = self._input + data if self._input else data
 
-    def _finished(self) -> bool:
-        return self._inner.eof
+    def read(self, limit: int) -> bytes:
+        try:
+            return self._read(limit)
+        except (zstd.ZstdError, EOFError) as exc:
+            raise MalformedBody(str(exc)) from None
+
+    def _read(self, limit: int) -> bytes:
+        data, self._input = self._input, b""
+        out: list[bytes] = []
+        size = 0
+        while size < limit:
+            if self._inner.eof:  # a frame ended: what follows starts the next
+                data = self._inner.unused_data + data
+                if not data:
+                    break
+                self._inner = zstd.ZstdDecompressor()
+            if not data and self._inner.needs_input:
+                break
+            piece = self._inner.decompress(data, limit - size)
+            data = b""
+            out.append(piece)
+            size += len(piece)
+            if not self._inner.eof and (self._inner.needs_input or size >= limit):
+                break
+        self._input = data
+        return b"".join(out)
+
+    @property
+    def pending(self) -> bool:
+        inner = self._inner
+        return bool(self._input) or (not inner.eof and not inner.needs_input) or (inner.eof and bool(inner.unused_data))
+
+    def flush(self) -> bytes:
+        return b""
+
+    @property
+    def complete(self) -> bool:
+        return not self._fed or self._inner.eof

@@ -16,14 +16,14 @@ import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import unquote_plus, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 
 from ..apis.base import ErrorInfo
 from ..apis.google_gemini import NAME as GEMINI
 from ..apis.google_gemini import upstream_path
 from ..exchange import OriginalRequest
-from ..redaction import CREDENTIAL_HEADERS
+from ..redaction import looks_like_credential, query_name
 from ..rules import Upstream
 from .body import Body
 
@@ -44,13 +44,9 @@ _HOP_BY_HOP = frozenset(
     }
 )
 
-# query parameters that carry a credential: Gemini's `key`, gateways' `api_key`, OAuth's
-# `access_token` (RFC 6750), Azure SAS's `sig`
-_CREDENTIAL_QUERY = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token", "sig", "signature"})
-
 
 def _query_key(piece: str) -> str:
-    return unquote_plus(piece.partition("=")[0]).lower()
+    return query_name(piece).lower()
 
 # Response headers that describe the upstream's framing, not the content we relay.
 RESPONSE_DROP = frozenset(
@@ -88,14 +84,16 @@ class UpstreamRequest:
     address: str | None = None
 
 
-def target_url(original_url: str, upstream_url: str | None, model: str | None = None, api: str | None = None) -> str:
+def target_url(original_url: str, upstream_url: str | None, model: str | None = None, api: str | None = None,
+               forward_query: frozenset[str] = frozenset()) -> str:
     """Where an upstream's attempt goes: its URL plus the original query if it has
-    none; the client's credential query parameters never cross origins.  On a
+    none; the client's query parameters that look like credentials never cross
+    origins, unless the upstream names them (`forward_query`, lowercased).  On a
     Gemini route the model and method are in the path (`gemini_target_url`)."""
     if api == GEMINI:
         path = upstream_path(urlsplit(original_url).path, urlsplit(upstream_url).path if upstream_url else None, model)
         if path is not None:
-            return gemini_target_url(original_url, upstream_url, path)
+            return gemini_target_url(original_url, upstream_url, path, forward_query)
     if upstream_url is None:
         return original_url
     target = urlsplit(upstream_url)
@@ -105,16 +103,19 @@ def target_url(original_url: str, upstream_url: str | None, model: str | None = 
     url = urlunsplit((target.scheme, target.netloc, target.path, query, ""))
     if query and is_cross_origin(url, original_url):
         # the rest as the client wrote it (a bare flag stays bare, its encoding stays)
-        kept = "&".join(piece for piece in query.split("&") if _query_key(piece) not in _CREDENTIAL_QUERY)
+        kept = "&".join(piece for piece in query.split("&")
+                        if not looks_like_credential(_query_key(piece)) or _query_key(piece) in forward_query)
         url = urlunsplit((target.scheme, target.netloc, target.path, kept, ""))
     return url
 
 
-def gemini_target_url(original_url: str, upstream_url: str | None, path: str) -> str:
+def gemini_target_url(original_url: str, upstream_url: str | None, path: str,
+                      forward_query: frozenset[str] = frozenset()) -> str:
     """A Gemini call re-aimed: `path` (google_gemini.upstream_path), the upstream's own
     query (its `key=${VAR}`), and the client's parameters it does not set itself:
     `alt=sse`, which makes the answer a stream, must reach every upstream.  The
-    client's credential parameters (`key`) never cross origins."""
+    client's parameters that look like credentials (`key`) never cross origins,
+    unless the upstream names them (`forward_query`)."""
     original = urlsplit(original_url)
     if upstream_url is None:
         return urlunsplit(original._replace(path=path))
@@ -123,20 +124,9 @@ def gemini_target_url(original_url: str, upstream_url: str | None, path: str) ->
     own = [piece for piece in target.query.split("&") if piece]
     named = {_query_key(piece) for piece in own}
     theirs = [piece for piece in original.query.split("&")
-              if piece and _query_key(piece) not in named and not (cross_origin and _query_key(piece) in _CREDENTIAL_QUERY)]
+              if piece and _query_key(piece) not in named
+              and not (cross_origin and looks_like_credential(_query_key(piece)) and _query_key(piece) not in forward_query)]
     return urlunsplit((target.scheme, target.netloc, path, "&".join(own + theirs), ""))
-
-
-def credential_query_values(*urls: str) -> list[str]:
-    """The values of credential query parameters (`?key=`) in `urls`: a provider's
-    error can echo them ("Consumer 'api_key:…' has been suspended")."""
-    values = []
-    for url in urls:
-        for piece in urlsplit(url).query.split("&"):
-            name, _, value = piece.partition("=")
-            if value and _query_key(name) in _CREDENTIAL_QUERY:
-                values.append(unquote_plus(value))
-    return values
 
 
 def redact_query(url: str) -> str:
@@ -146,10 +136,10 @@ def redact_query(url: str) -> str:
     if not parts.query:
         return url
     pieces = parts.query.split("&")
-    if not any(_query_key(piece) in _CREDENTIAL_QUERY for piece in pieces):
+    secret = [bool(piece) and looks_like_credential(_query_key(piece)) for piece in pieces]
+    if not any(secret):
         return url
-    shown = [piece.partition("=")[0] + "=[redacted]" if _query_key(piece) in _CREDENTIAL_QUERY else piece
-             for piece in pieces]
+    shown = [piece.partition("=")[0] + "=[redacted]" if hidden else piece for piece, hidden in zip(pieces, secret)]
     return urlunsplit(parts._replace(query="&".join(shown)))
 
 
@@ -160,23 +150,23 @@ def is_cross_origin(url: str, other: str) -> bool:
 def display_url(original: OriginalRequest, upstream: Upstream, api: str | None = None) -> str:
     """The attempt's URL as it may be shown: `${VAR}` values left unexpanded, except
     in the host and port, which must parse (mitmweb shows them as the destination)."""
-    shown = urlsplit(target_url(original.url, upstream.display_url, upstream.model, api))
+    shown = urlsplit(target_url(original.url, upstream.display_url, upstream.model, api, upstream.forward_query))
     if "${" in shown.netloc:
-        real = urlsplit(target_url(original.url, upstream.url, upstream.model, api))
+        real = urlsplit(target_url(original.url, upstream.url, upstream.model, api, upstream.forward_query))
         shown = shown._replace(netloc=real.netloc)
     return urlunsplit(shown)
 
 
 def secret_header_names(upstream: Upstream | None) -> frozenset[str]:
-    """Header names whose values must never be shown: the client's credentials and
-    whatever the upstream's rules filled in from the environment."""
-    return CREDENTIAL_HEADERS | (upstream.secret_headers if upstream else frozenset())
+    """Header names whose values must never be shown besides those that look like
+    credentials: whatever the upstream's rules filled in from the environment."""
+    return upstream.secret_headers if upstream else frozenset()
 
 
 def build_request(original: OriginalRequest, upstream: Upstream, api: str | None = None) -> UpstreamRequest:
     """The request one upstream receives: the client's, re-aimed and re-credentialed
     (`api`: the route's, which says where its model is)."""
-    url = target_url(original.url, upstream.url, upstream.model, api)
+    url = target_url(original.url, upstream.url, upstream.model, api, upstream.forward_query)
     cross_origin = is_cross_origin(url, original.url)
     replaced = {name.lower() for name, _ in upstream.headers}
     if upstream.auth is not None:
@@ -189,8 +179,8 @@ def build_request(original: OriginalRequest, upstream: Upstream, api: str | None
         lowered = name.lower()
         if lowered in _HOP_BY_HOP or lowered in listed or lowered in replaced or lowered.startswith("x-switchyard-"):
             continue
-        if cross_origin and lowered in CREDENTIAL_HEADERS:
-            continue
+        if cross_origin and looks_like_credential(lowered) and lowered not in upstream.forward_headers:
+            continue  # the client's credentials stay with their origin
         if lowered == "accept-encoding":
             # only what the relay can decode: it hands clients decoded bytes
             value = ACCEPT_ENCODING
@@ -213,7 +203,12 @@ def _with_model(body: bytes, model: str) -> bytes:
     if not isinstance(data, dict):
         return body
     data["model"] = model
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    try:
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        # half a surrogate pair (`"\ud83d"`, an emoji cut in two) has no UTF-8: every
+        # non-ASCII character as its escape, that one too, as the client sent it
+        return json.dumps(data, separators=(",", ":")).encode()
 
 
 def request_id(headers: Mapping[str, str]) -> str | None:

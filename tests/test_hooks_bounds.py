@@ -1,0 +1,151 @@
+"""What mitmweb keeps and shows of hostile or secret-carrying exchanges, through the
+real hooks and relay (mitmproxy.test's taddons, a real View, a loopback provider)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mitmproxy.addons.view import View
+from mitmproxy.test import taddons
+
+from switchyard_core.addons import Router, RulesKeeper
+from switchyard_core.redaction import looks_like_credential
+from switchyard_core.relay import TOKEN_HEADER
+
+from tests.support import wire
+from tests.support.fake_provider import FakeProvider, Reply
+from tests.test_hooks import chat_flow, play
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    running = FakeProvider().start()
+    yield running
+    running.stop()
+
+
+def rules(tmp_path: Path, provider: FakeProvider, backup_extra: str = "") -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text(f"""\
+version: 1
+defaults: {{backoff_ms: 1, pre_answer_keepalive_s: 0}}
+routes:
+  - name: chat
+    match: {{path: /primary/v1/chat/completions}}
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
+      - name: backup
+        url: http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions
+{backup_extra}""")
+    return path
+
+
+def the_flow(provider: FakeProvider, query: str = "") -> object:
+    flow = chat_flow(host="127.0.0.1", path="/primary/v1/chat/completions" + query)
+    flow.request.scheme, flow.request.port = "http", provider.ports[0]
+    return flow
+
+
+async def test_an_attempt_flow_keeps_at_most_a_mebibyte_of_what_the_failed_attempt_held(
+        tmp_path: Path, provider: FakeProvider) -> None:
+    held = [wire.CHAT_ROLE] * 20_000  # about 4 MB of lifecycle frames, staged, then a failure
+    provider.script("primary", Reply.sse(*held, wire.chat_error(503, "provider overloaded")))
+    keeper, view = RulesKeeper(), View()
+    router = Router(keeper)
+    with taddons.context(keeper, router, view) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(rules(tmp_path, provider)))
+        flow = the_flow(provider)
+        view.add([flow])
+        assert await play(router, flow) == b"".join(wire.chat_stream(wire.answer_text("backup")))
+        attempt = list(view)[1]
+        size = len(b"".join(held)) + len(wire.chat_error(503, "provider overloaded"))
+        assert attempt.response is not None
+        assert attempt.response.content == b"".join(held)[:1024 * 1024]
+        assert attempt.response.headers["x-switchyard-truncated"] == f"first 1048576 of {size} bytes kept"
+        assert attempt.comment.endswith(f"; answer cut to its first 1048576 of {size} bytes")
+        router.done()
+
+
+async def test_credentials_an_upstream_names_reach_it_and_are_shown_redacted(
+        tmp_path: Path, provider: FakeProvider) -> None:
+    provider.script("primary", Reply.sse(wire.chat_error(503, "provider overloaded")))
+    path = rules(tmp_path, provider, "        forward_headers: [X-Auth-Token]\n        forward_query: [subscription-key]\n")
+    keeper, view = RulesKeeper(), View()
+    router = Router(keeper)
+    with taddons.context(keeper, router, view) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(path))
+        flow = the_flow(provider, "?subscription-key=q-SECRET-1&access-token=q-SECRET-2&alt=sse")
+        flow.request.headers["X-Auth-Token"] = "h-SECRET-3"
+        flow.request.headers["Ocp-Apim-Subscription-Key"] = "h-SECRET-4"
+        view.add([flow])
+        await play(router, flow)
+        backup = provider.calls_to("backup")[0]
+        assert backup.headers["X-Auth-Token"] == "h-SECRET-3"
+        assert "Ocp-Apim-Subscription-Key" not in backup.headers and "Authorization" not in backup.headers
+        # what the flow shows beside the backup's URL: what it was sent, credentials redacted
+        assert flow.request.url == (f"http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions"
+                                    "?subscription-key=[redacted]&alt=sse")
+        assert flow.request.headers["X-Auth-Token"] == "[redacted]"
+        assert "Ocp-Apim-Subscription-Key" not in flow.request.headers
+        attempt = list(view)[1]  # the primary's: its own origin got everything; none of it is shown
+        assert attempt.request.url.endswith("?subscription-key=[redacted]&access-token=[redacted]&alt=sse")
+        assert attempt.request.headers["X-Auth-Token"] == "[redacted]"
+        assert attempt.request.headers["Ocp-Apim-Subscription-Key"] == "[redacted]"
+        router.done()
+
+
+async def test_a_flow_that_is_not_live_is_never_routed(tmp_path: Path, provider: FakeProvider) -> None:
+    keeper = RulesKeeper()
+    router = Router(keeper)
+    with taddons.context(keeper, router) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(rules(tmp_path, provider)))
+        flow = the_flow(provider)
+        flow.live = False  # read from a file, or about to be replayed from one
+        await router.route(flow)
+        assert flow.request.url == provider.url("primary", "/v1/chat/completions")
+        assert TOKEN_HEADER not in flow.request.headers
+        assert router.counters["routed"] == 0
+        router.done()
+
+
+@pytest.mark.parametrize("name", [
+    "Authorization", "Ocp-Apim-Subscription-Key", "X-Amz-Security-Token", "X-Auth-Token", "subscription-key",
+    "access-token", "x-api-key", "x-goog-api-key", "key", "sig", "X-Amz-Signature", "api_key", "apikey", "Cookie",
+    "client_secret", "password", "sessionid", "X-Vendor-Api-Key", "Helicone-Auth", "OpenAI-Organization",
+])
+def test_names_that_look_like_credentials(name: str) -> None:
+    assert looks_like_credential(name)
+
+
+@pytest.mark.parametrize("name", [
+    "Content-Type", "Accept", "Accept-Encoding", "User-Agent", "anthropic-version", "anthropic-beta", "OpenAI-Beta",
+    "x-stainless-arch", "X-Team", "keep-alive", "x-request-id", "alt", "api-version", "traceparent", "design",
+])
+def test_names_that_do_not(name: str) -> None:
+    assert not looks_like_credential(name)
+
+
+async def test_a_backups_own_key_echoed_back_is_redacted_in_its_attempt_flow(
+        tmp_path: Path, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWY_BOUNDS_KEY", "sk-bounds-KEY-0a1b2c3d")
+    provider.script("primary", Reply.sse(wire.chat_error(503, "provider overloaded")))
+    provider.script("backup", Reply.json(429, {"error": {"message": "Rate limit for key sk-bounds-KEY-0a1b2c3d",
+                                                         "type": "rate_limit_error"}}))
+    path = rules(tmp_path, provider, '        auth: {header: Authorization, value: "Bearer ${SWY_BOUNDS_KEY}"}\n'
+                                     "        retries: 0\n")
+    keeper, view = RulesKeeper(), View()
+    router = Router(keeper)
+    with taddons.context(keeper, router, view) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(path))
+        flow = the_flow(provider)
+        view.add([flow])
+        body = await play(router, flow)
+        assert b"sk-bounds-KEY" not in body and b"Rate limit for key [redacted]" in body
+        shown = [f for f in view if f is not flow]
+        assert [f.metadata["switchyard"]["upstream"] for f in shown] == ["primary", "backup"]
+        assert b"Rate limit for key [redacted]" in shown[1].response.content
+        assert all(b"sk-bounds-KEY" not in (f.response.content if f.response else b"") for f in shown)
+        assert shown[1].metadata["switchyard"]["message"] == "Rate limit for key [redacted]"
+        router.done()
