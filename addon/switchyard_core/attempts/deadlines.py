@@ -2,8 +2,8 @@
 whether the client streams.
 
 A stream is bounded from the attempt's start until its head (`headers_timeout_s`)
-and its first output (`first_output_timeout_s`), by silence while it is staged
-(`request_timeout_s`: reasoning models can think for minutes before their first
+and its first output (`first_output_timeout_s`), by a deadline for its first output while it is staged
+(`request_timeout_s` from the attempt's start, which no comment moves: reasoning models can think for minutes before their first
 token, so not `idle_timeout_s`, but some bound is needed: behind the pre-answer
 keepalive a client never times out on its own), then by silence after output
 (`idle_timeout_s`).  A whole (non-streaming) answer is bounded from the
@@ -75,15 +75,19 @@ class Deadlines:
         """When a stream's first output must have come (monotonic), if ever."""
         return self.started + self.first_output if self.first_output is not None else None
 
+    @property
+    def staged_by(self) -> float | None:
+        """When a staged stream's first output must have come (monotonic), if ever: its
+        `request_timeout_s` and `first_output_timeout_s`, both from the attempt's start.
+        Nothing before output moves it: an upstream sending `: ping` forever must not
+        hold the request forever."""
+        bounds = [b for b in (self.quiet_staged, self.first_output) if b is not None]
+        return self.started + min(bounds) if bounds else None
+
     def staged_wait(self, now: float) -> float | None:
-        """How long a staged stream may stay quiet from `now`: its silence bound, or
-        what is left until its first output is due, whichever is sooner."""
-        wait = self.quiet_staged
-        due = self.first_output_by
-        if due is not None:
-            left = max(0.0, due - now)
-            wait = left if wait is None else min(wait, left)
-        return wait
+        """How long a staged stream may still wait from `now` for its first output."""
+        due = self.staged_by
+        return None if due is None else max(0.0, due - now)
 
     # --- what each timeout says ---------------------------------------------------
 
@@ -98,11 +102,9 @@ class Deadlines:
         return _timed_out(f"no complete answer within {self.whole or 0:g}s")
 
     def silent_while_staged(self, now: float) -> ErrorInfo:
-        """A staged stream's bound passed: its silence, or its first output's due time."""
-        due = self.first_output_by
-        if due is None or now < due:
-            return _timed_out(f"nothing for {self.quiet_staged or 0:g}s")
-        return _timed_out(f"no output within {self.first_output or 0:g}s")
+        """A staged stream's first output did not come by its deadline."""
+        bounds = [b for b in (self.quiet_staged, self.first_output) if b is not None]
+        return _timed_out(f"no output within {min(bounds) if bounds else 0:g}s")
 
     def stalled_message(self, *, after_output: bool = True) -> str:
         return f"upstream sent nothing for {self.quiet_after_output or 0:g}s" + (" after output" if after_output else "")
