@@ -359,3 +359,42 @@ def test_a_continuation_cut_in_turn_is_finished_from_where_it_got_to(cenv: Env) 
     regenerated_line = [line for line in log.splitlines() if "continued_after_cut" in line][1]
     assert "strategy=regenerate" in regenerated_line
     assert f"chars_sent={len(SENT) + len(''.join(wire.chat_words(REST)[:2]))}" in regenerated_line
+
+
+# --- a cut right before the end ------------------------------------------------------
+
+
+def test_a_continuation_that_only_adds_the_end_is_logged_as_one(cenv: Env) -> None:
+    """The cut came after the last word: the backup's continuation is only the end
+    (a finish reason, usage, `[DONE]`), and that is a continuation like any other."""
+    api = "openai-chat"
+    whole = stream(api, FULL, "orig")
+    cenv.provider.script("c-primary", Reply.sse(*whole[:LIFECYCLE[api] + len(WORDS)], RESET))
+    cenv.provider.script("c-backup", Reply.sse(*stream(api, "", "cont")[:1], *stream(api, "", "cont")[2:]))
+    mark = cenv.mitm.log_mark()
+    body = curl(cenv, api)
+    got = events(body)
+    assert got.count("[DONE]") == 1
+    assert [ch["finish_reason"] for c in got if isinstance(c, dict) for ch in c["choices"] if ch["finish_reason"]] == ["stop"]
+    assert b": switchyard continued upstream=c-backup strategy=prefill" in body
+    log = cenv.mitm.wait_for_log("switchyard.continued_after_cut", mark)
+    assert f"chars_sent={len(FULL)}" in log
+
+
+def test_a_continuation_that_sent_the_end_and_broke_is_not_followed_by_another_end(cenv: Env) -> None:
+    """The backup's continuation sent the finish reason, then broke: the client has
+    an ended answer, and a regenerated one must not end it a second time."""
+    api = "openai-chat"
+    whole = stream(api, FULL, "orig")
+    end_only = stream(api, "", "cont")
+    cenv.provider.script("c-primary", Reply.sse(*whole[:LIFECYCLE[api] + len(WORDS)], RESET), regenerated(api))
+    cenv.provider.script("c-backup", Reply.sse(end_only[0], end_only[2], RESET))  # role, finish; then a reset
+    body = curl(cenv, api)
+    got = events(body)
+    finishes = [ch["finish_reason"] for c in got if isinstance(c, dict) and "choices" in c
+                for ch in c["choices"] if ch["finish_reason"]]
+    assert finishes == ["stop"]
+    assert "[DONE]" not in got
+    # what it had is whole text and one end; the stream still ends with the original cut
+    assert body.endswith(APIS[api].error_event("switchyard: upstream connection broke after output", "stream_cut"))
+    assert upstreams(cenv) == ["c-primary", "c-backup"]  # an ended answer is not regenerated

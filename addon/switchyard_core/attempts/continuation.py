@@ -187,7 +187,10 @@ class Continuation:
         touch = silence.touch
         write = self.client.write
         problems: list[str] = []
-        first: list[float] = []  # when the first continued character went out
+        # when the first continued frame went out: from then on the client's stream has
+        # changed (text, or only its end when the cut came right before it), so a later
+        # failure is this try's cut, to be continued from what the client now has
+        first: list[float] = []
 
         def through(chunk: bytes) -> None:
             touch()
@@ -205,10 +208,10 @@ class Continuation:
                     problems.append(str(exc))
                     body.stop()
                     return
-                if reframer.forwarded and not first:
-                    first.append(time.monotonic())
-                    self._continued(record, strategy, cut_at, transcript)
                 if out:
+                    if not first:
+                        first.append(time.monotonic())
+                        self._continued(record, strategy, cut_at, transcript)
                     write(out)
 
         silence.expect_by(self.settings.idle_timeout_s or None)
