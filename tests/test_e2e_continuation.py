@@ -51,6 +51,7 @@ FULL = "The quick brown fox jumps over the lazy dog, twice."
 WORDS = wire.chat_words(FULL)
 SENT = "".join(WORDS[:3])  # what the client has when the cut comes
 REST = FULL[len(SENT):]
+SMALL = 64 * 1024  # the staging_limit of the route `c-small`
 LIFECYCLE = {"openai-chat": 1, "openai-responses": 4, "anthropic-messages": 3}  # frames before the first text
 
 
@@ -64,6 +65,9 @@ def continuing(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory)
                                    extra="    continue_after_cut: [prefill, regenerate]\n",
                                    prefill=CHAT_PREFILL if api == "openai-chat" else ""))
         routes.append(ROUTE.format(name=f"off-{api}", prefix="c-off", path=path, port=port, extra="", prefill=""))
+    routes.append(ROUTE.format(name="small-openai-chat", prefix="c-small", path=PATHS["openai-chat"], port=port,
+                               extra=f"    continue_after_cut: [prefill, regenerate]\n    staging_limit: {SMALL}\n",
+                               prefill=""))
     rules = workdir / "rules.yaml"
     rules.write_text(RULES.format(routes="".join(routes)))
     dump = start_mitmdump(rules, workdir / "mitmdump.log")
@@ -398,3 +402,37 @@ def test_a_continuation_that_sent_the_end_and_broke_is_not_followed_by_another_e
     # what it had is whole text and one end; the stream still ends with the original cut
     assert body.endswith(APIS[api].error_event("switchyard: upstream connection broke after output", "stream_cut"))
     assert upstreams(cenv) == ["c-primary", "c-backup"]  # an ended answer is not regenerated
+
+
+# --- bounds --------------------------------------------------------------------------
+
+
+def test_an_answer_longer_than_staging_limit_is_not_continued_and_nothing_is_asked(cenv: Env) -> None:
+    api = "openai-chat"
+    long_words = [wire.chat_chunk({"content": "word " * 200}, cid="orig") for _ in range(SMALL // 1000 + 1)]
+    sent = b"".join([wire.CHAT_ROLE, *long_words])
+    assert len(sent) > SMALL
+    cenv.provider.script("c-small", Reply.sse(sent, RESET))
+    mark = cenv.mitm.log_mark()
+    body = curl(cenv, api, prefix="c-small")
+    assert body == sent + APIS[api].error_event("switchyard: upstream connection broke after output", "stream_cut")
+    assert upstreams(cenv) == ["c-small"]
+    log = cenv.mitm.wait_for_log("switchyard.not_continued", mark)
+    assert "staging_limit" in log
+
+
+def test_a_continuation_frame_larger_than_staging_limit_is_not_held_whole(cenv: Env) -> None:
+    """A continuation is re-framed frame by frame, so a frame is held whole: one that
+    never ends (or is larger than the route's staging_limit) ends the try, not the proxy."""
+    api = "openai-chat"
+    sent = b"".join(stream(api, FULL, "orig")[:LIFECYCLE[api] + 3])
+    endless = [b'data: {"id":"cont","choices":[{"index":0,"delta":{"content":"'] + [b"a" * 65536] * 64
+    cenv.provider.script("c-small", Reply.sse(sent, RESET), regenerated(api, "Another answer entirely."))
+    cenv.provider.script("c-backup", Reply.sse(stream(api, "", "cont")[0], *endless, b'"}}]}\n\n', RESET))
+    mark = cenv.mitm.log_mark()
+    body = curl(cenv, api, prefix="c-small")
+    assert body == sent + APIS[api].error_event("switchyard: upstream connection broke after output", "stream_cut")
+    log = cenv.mitm.wait_for_log("switchyard.stream_cut_after_output", mark)
+    failed = [line for line in log.splitlines() if "switchyard.continuation_failed" in line and "c-backup" in line
+              and "strategy=prefill" in line]
+    assert len(failed) == 1 and "larger than staging_limit" in failed[0]

@@ -191,6 +191,7 @@ class Continuation:
         # changed (text, or only its end when the cut came right before it), so a later
         # failure is this try's cut, to be continued from what the client now has
         first: list[float] = []
+        limit = self.settings.staging_limit
 
         def through(chunk: bytes) -> None:
             touch()
@@ -213,6 +214,11 @@ class Continuation:
                         first.append(time.monotonic())
                         self._continued(record, strategy, cut_at, transcript)
                     write(out)
+            if splitter.pending > limit:
+                # a frame is re-framed only whole: one larger than what the route lets be
+                # held is more than this try may cost
+                problems.append(f"a frame larger than staging_limit ({limit} bytes)")
+                body.stop()
 
         silence.expect_by(self.settings.idle_timeout_s or None)
         try:
