@@ -61,6 +61,19 @@ def test_chat_transcript_is_the_text_and_the_ids_of_the_stream() -> None:
     assert (transcript.response_id, transcript.model, transcript.created) == ("chatcmpl-orig", "gpt-4o-2024-08-06", 1727346168)
 
 
+AZURE_FILTER = wire.data({"choices": [], "created": 0, "id": "", "model": "", "object": "",
+                          "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]})
+
+
+def test_an_azure_continuation_carries_the_answers_ids_not_the_prompt_filter_chunks() -> None:
+    sent = AZURE_FILTER + cut(wire.chat_stream(TEXT, cid="chatcmpl-azure"), 3, 1)
+    transcript = read_transcript("openai-chat", sent, CHAT_REQUEST)
+    out = played(transcript, Overlap("", strict=False), [AZURE_FILTER, *wire.chat_stream(" all good.", cid="other")])
+    chunks = [e.json() for e in frames_of(out) if e.data != "[DONE]"]
+    assert {(c["id"], c["model"], c["created"]) for c in chunks} == {("chatcmpl-azure", "gpt-4o-2024-08-06", 1727346168)}
+    assert chat_text(sent) + chat_text(out) == TEXT
+
+
 def test_responses_transcript_knows_item_indexes_and_the_last_sequence_number() -> None:
     raw = cut(wire.responses_stream(TEXT, rid="resp_orig"), 2, 4)
     transcript = read_transcript("openai-responses", raw, RESPONSES_REQUEST)
