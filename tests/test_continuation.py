@@ -281,3 +281,22 @@ def test_anthropic_prefill_that_ended_in_whitespace_never_shows_it_twice() -> No
         out = played(transcript, Overlap(wanted.echo, strict=False), wire.anthropic_stream(continued, mid="m2"))
         text = "".join(e.json()["delta"]["text"] for e in frames_of(out) if e.json()["type"] == "content_block_delta")
         assert transcript.text + text == "Hello from primary"
+
+
+def test_an_emoji_split_across_two_frames_is_forwarded_as_it_came() -> None:
+    """Half of a surrogate pair per frame (`\\ud83d`, then `\\ude00`) has no UTF-8 of its
+    own: such a frame goes out escaped, the text it holds unchanged."""
+    sent = cut(wire.chat_stream(TEXT), 1, 1)
+    transcript = read_transcript("openai-chat", sent, CHAT_REQUEST)
+    halves = [b'data: {"id":"c","choices":[{"index":0,"delta":{"content":" \\ud83d"},"finish_reason":null}]}\n\n',
+              b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"\\ude00!"},"finish_reason":null}]}\n\n']
+    continuation = wire.chat_stream("", cid="c")
+    out = played(transcript, Overlap("", strict=False), [continuation[0], *halves, *continuation[2:]])
+    assert chat_text(out) == " \ud83d\ude00!"
+    assert frames_of(out)[-1].data == "[DONE]"
+
+
+def test_a_prefill_of_text_that_ends_in_half_an_emoji_is_a_request_all_the_same() -> None:
+    wanted = continuation_body("openai-chat", "prefill", json.dumps(CHAT_REQUEST).encode(), "Hi \ud83d")
+    assert wanted is not None
+    assert json.loads(wanted.body)["messages"][-1] == {"role": "assistant", "content": "Hi \ud83d"}

@@ -14,10 +14,9 @@ Pure: each `feed` takes one parsed frame and returns the bytes for the client.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol
 
-from ..sse import SseEvent
+from ..sse import SseEvent, compact_json
 from .overlap import Overlap
 from .transcript import Transcript
 
@@ -38,12 +37,8 @@ def reframer_for(transcript: Transcript, overlap: Overlap) -> Reframer:
     return kinds[transcript.api](transcript, overlap)
 
 
-def _dumps(data: Any) -> bytes:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-
-
 def _event(name: str, data: Any) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + _dumps(data) + b"\n\n"
+    return b"event: " + name.encode() + b"\ndata: " + compact_json(data) + b"\n\n"
 
 
 _KEEPALIVE = b": switchyard keepalive\n\n"
@@ -114,7 +109,7 @@ class ChatReframer(_Base):
             return b""  # an empty or filter chunk: the client had its own
         if not choices:
             self.overlap.ended()
-        return b"data: " + _dumps(self._ids(chunk, out_choices)) + b"\n\n"
+        return b"data: " + compact_json(self._ids(chunk, out_choices)) + b"\n\n"
 
     def _ids(self, chunk: dict[str, Any], choices: list[Any]) -> dict[str, Any]:
         t = self.transcript

@@ -23,6 +23,7 @@ from ..apis.base import ErrorInfo
 from ..exchange import OriginalRequest
 from ..redaction import CREDENTIAL_HEADERS
 from ..rules import Upstream
+from ..sse import compact_json
 from .body import Body
 
 # Never forwarded: connection-level, recomputed, or ours.
@@ -176,7 +177,8 @@ def _with_model(body: bytes, model: str) -> bytes:
     if not isinstance(data, dict):
         return body
     data["model"] = model
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    return compact_json(data)
+
 
 
 def request_id(headers: Mapping[str, str]) -> str | None:
