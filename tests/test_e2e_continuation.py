@@ -5,6 +5,7 @@ assembles is the whole answer, exactly once, and every frame it got parses."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -436,3 +437,26 @@ def test_a_continuation_frame_larger_than_staging_limit_is_not_held_whole(cenv: 
     failed = [line for line in log.splitlines() if "switchyard.continuation_failed" in line and "c-backup" in line
               and "strategy=prefill" in line]
     assert len(failed) == 1 and "larger than staging_limit" in failed[0]
+
+
+# --- the client leaving ---------------------------------------------------------------
+
+
+def test_a_client_that_leaves_during_a_continuation_cancels_it(cenv: Env) -> None:
+    api = "openai-chat"
+    slow = []
+    for frame in stream(api, REST, "cont"):
+        slow += [frame, 0.3]  # under idle_timeout_s: a slow continuation, not a stalled one
+    cenv.provider.script("c-primary", cut_after(api, 3, RESET))
+    cenv.provider.script("c-backup", Reply.sse(*slow))
+    mark = cenv.mitm.log_mark()
+    gone = cenv.curl(cenv.provider.url("c-primary", f"/v1/{PATHS[api]}"), request_body(api), max_time=1)
+    assert gone.returncode == 28  # curl gave up while the continuation was streaming
+    assert b": switchyard continued upstream=c-backup" in gone.body
+    cenv.mitm.wait_for_log("switchyard.client_gone", mark)
+    deadline = time.monotonic() + 10
+    while cenv.provider.cancelled < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (cenv.provider.cancelled, cenv.provider.finished) == (1, 0)
+    assert upstreams(cenv) == ["c-primary", "c-backup"]
+    assert events(curl(cenv, api))[-1] == "[DONE]"  # and the proxy is healthy afterwards
