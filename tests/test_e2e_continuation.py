@@ -439,6 +439,22 @@ def test_a_continuation_frame_larger_than_staging_limit_is_not_held_whole(cenv: 
     assert len(failed) == 1 and "larger than staging_limit" in failed[0]
 
 
+def test_a_stalled_answer_is_closed_before_it_is_continued(cenv: Env) -> None:
+    """Once a stall is called one, the stalled upstream is done with: it must not go on
+    generating (and billing) while another upstream finishes the answer."""
+    api = "openai-chat"
+    slow: list[bytes | float] = []
+    for frame in stream(api, REST, "cont"):
+        slow += [0.3, frame]  # the continuation takes longer than the stalled one would to wake up
+    cenv.provider.script("c-primary", cut_after(api, 3, 1.0))
+    cenv.provider.script("c-backup", Reply.sse(*slow))
+    assert sdk_text(cenv, api) == FULL
+    deadline = time.monotonic() + 10
+    while cenv.provider.cancelled + cenv.provider.finished < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (cenv.provider.cancelled, cenv.provider.finished) == (1, 1)  # the stalled one cancelled, not played out
+
+
 # --- the client leaving ---------------------------------------------------------------
 
 

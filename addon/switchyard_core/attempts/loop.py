@@ -321,6 +321,7 @@ class AttemptLoop:
         except TimeoutError:
             if gate.committed:
                 if not gate.complete:  # after the API's end marker, quiet is no stall: the answer is whole
+                    answer.close()  # given up on: it must not go on generating while another finishes the answer
                     await self._cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
                                     "stream_stalled")
                 return None
