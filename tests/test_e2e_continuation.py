@@ -455,6 +455,21 @@ def test_a_stalled_answer_is_closed_before_it_is_continued(cenv: Env) -> None:
     assert (cenv.provider.cancelled, cenv.provider.finished) == (1, 1)  # the stalled one cancelled, not played out
 
 
+@pytest.mark.parametrize("api", ["openai-chat", "anthropic-messages"])
+def test_a_continuation_to_another_origin_carries_no_client_credentials_and_nothing_of_it_is_logged(
+        cenv: Env, api: str) -> None:
+    cenv.provider.script("c-primary", cut_after(api, 3, RESET))
+    cenv.provider.script("c-backup", continuation(api))
+    mark = cenv.mitm.log_mark()
+    assert sdk_text(cenv, api) == FULL
+    primary, backup = cenv.provider.calls
+    assert primary.port != backup.port  # another origin
+    assert any(CLIENT_SECRET in value for value in primary.headers.values())
+    assert not any(CLIENT_SECRET in value for value in backup.headers.values())
+    log = cenv.mitm.wait_for_log("switchyard.continued_after_cut", mark)
+    assert CLIENT_SECRET not in log and BODY_MARKER not in log and SENT not in log
+
+
 # --- the client leaving ---------------------------------------------------------------
 
 
