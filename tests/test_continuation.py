@@ -300,3 +300,15 @@ def test_a_prefill_of_text_that_ends_in_half_an_emoji_is_a_request_all_the_same(
     wanted = continuation_body("openai-chat", "prefill", json.dumps(CHAT_REQUEST).encode(), "Hi \ud83d")
     assert wanted is not None
     assert json.loads(wanted.body)["messages"][-1] == {"role": "assistant", "content": "Hi \ud83d"}
+
+
+def test_a_chat_continuation_with_a_second_choice_forwards_only_the_first() -> None:
+    """A prefill_body that asks for `n: 2`, or a provider that sends more than asked:
+    the second choice's text never lands in the client's one."""
+    sent = cut(wire.chat_stream(TEXT, cid="chatcmpl-orig"), 3, 1)
+    transcript = read_transcript("openai-chat", sent, CHAT_REQUEST)
+    first = wire.chat_stream(" all good.", cid="c")
+    second = [f.replace(b'"index":0', b'"index":1').replace(b"good", b"BAD!") for f in first[1:-3]]
+    out = played(transcript, Overlap("", strict=False), [first[0], *[x for pair in zip(first[1:-3], second)
+                                                                    for x in pair], *first[-3:]])
+    assert chat_text(sent) + chat_text(out) == TEXT

@@ -83,8 +83,10 @@ class ChatReframer(_Base):
         choices = chunk.get("choices") or []
         out_choices = []
         for choice in choices:
-            if not isinstance(choice, dict):
-                self.overlap.not_text("a choice that is not an object")
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                # the client asked for one choice (several are never continued): another is
+                # not part of its answer, and merged into it would garble the text
+                self.overlap.not_text("another choice")
                 continue
             delta = dict(choice.get("delta") or {})
             delta.pop("role", None)
