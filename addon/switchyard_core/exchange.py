@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
+from .apis.google_gemini import streams
 from .rules import Route
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ class OriginalRequest:
     url: str
     headers: tuple[tuple[str, str], ...]
     body: bytes
-    wants_stream: bool = False  # the JSON body says "stream": true
+    wants_stream: bool = False  # the JSON body says "stream": true (Gemini: the URL, `:streamGenerateContent?alt=sse`)
     wants_usage: bool = False  # and "stream_options": {"include_usage": true} (Chat): usage ends the answer
     # where the listener knew only the destination's address (transparent, local, ...): `url`
     # holds the name the client meant, and this the address to reach it at
@@ -37,6 +38,7 @@ class OriginalRequest:
     def of(cls, method: str, url: str, headers: tuple[tuple[str, str], ...], body: bytes, json_body: Any,
            address: str | None = None) -> "OriginalRequest":
         stream = isinstance(json_body, dict) and json_body.get("stream") is True
+        stream = stream or streams(url)  # Gemini says it in the URL
         options = json_body.get("stream_options") if stream else None
         usage = isinstance(options, dict) and options.get("include_usage") is True
         return cls(method, url, headers, body, stream, usage, address)
@@ -84,6 +86,11 @@ class AttemptRecord:
 
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
                "event_type", "request_id", "duration_s", "fault", "continuation")
+
+    def request_sent(self, sent: bool) -> None:
+        """The request is on a connection (or, False, going to a fresh one): a failure
+        from now on happened waiting for the answer's headers, not connecting."""
+        self.phase = "headers" if sent else "connect"
 
     def finish(self, outcome: str) -> None:
         self.outcome = outcome
