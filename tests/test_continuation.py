@@ -61,6 +61,19 @@ def test_chat_transcript_is_the_text_and_the_ids_of_the_stream() -> None:
     assert (transcript.response_id, transcript.model, transcript.created) == ("chatcmpl-orig", "gpt-4o-2024-08-06", 1727346168)
 
 
+AZURE_FILTER = wire.data({"choices": [], "created": 0, "id": "", "model": "", "object": "",
+                          "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]})
+
+
+def test_an_azure_continuation_carries_the_answers_ids_not_the_prompt_filter_chunks() -> None:
+    sent = AZURE_FILTER + cut(wire.chat_stream(TEXT, cid="chatcmpl-azure"), 3, 1)
+    transcript = read_transcript("openai-chat", sent, CHAT_REQUEST)
+    out = played(transcript, Overlap("", strict=False), [AZURE_FILTER, *wire.chat_stream(" all good.", cid="other")])
+    chunks = [e.json() for e in frames_of(out) if e.data != "[DONE]"]
+    assert {(c["id"], c["model"], c["created"]) for c in chunks} == {("chatcmpl-azure", "gpt-4o-2024-08-06", 1727346168)}
+    assert chat_text(sent) + chat_text(out) == TEXT
+
+
 def test_responses_transcript_knows_item_indexes_and_the_last_sequence_number() -> None:
     raw = cut(wire.responses_stream(TEXT, rid="resp_orig"), 2, 4)
     transcript = read_transcript("openai-responses", raw, RESPONSES_REQUEST)
@@ -268,3 +281,34 @@ def test_anthropic_prefill_that_ended_in_whitespace_never_shows_it_twice() -> No
         out = played(transcript, Overlap(wanted.echo, strict=False), wire.anthropic_stream(continued, mid="m2"))
         text = "".join(e.json()["delta"]["text"] for e in frames_of(out) if e.json()["type"] == "content_block_delta")
         assert transcript.text + text == "Hello from primary"
+
+
+def test_an_emoji_split_across_two_frames_is_forwarded_as_it_came() -> None:
+    """Half of a surrogate pair per frame (`\\ud83d`, then `\\ude00`) has no UTF-8 of its
+    own: such a frame goes out escaped, the text it holds unchanged."""
+    sent = cut(wire.chat_stream(TEXT), 1, 1)
+    transcript = read_transcript("openai-chat", sent, CHAT_REQUEST)
+    halves = [b'data: {"id":"c","choices":[{"index":0,"delta":{"content":" \\ud83d"},"finish_reason":null}]}\n\n',
+              b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"\\ude00!"},"finish_reason":null}]}\n\n']
+    continuation = wire.chat_stream("", cid="c")
+    out = played(transcript, Overlap("", strict=False), [continuation[0], *halves, *continuation[2:]])
+    assert chat_text(out) == " \ud83d\ude00!"
+    assert frames_of(out)[-1].data == "[DONE]"
+
+
+def test_a_prefill_of_text_that_ends_in_half_an_emoji_is_a_request_all_the_same() -> None:
+    wanted = continuation_body("openai-chat", "prefill", json.dumps(CHAT_REQUEST).encode(), "Hi \ud83d")
+    assert wanted is not None
+    assert json.loads(wanted.body)["messages"][-1] == {"role": "assistant", "content": "Hi \ud83d"}
+
+
+def test_a_chat_continuation_with_a_second_choice_forwards_only_the_first() -> None:
+    """A prefill_body that asks for `n: 2`, or a provider that sends more than asked:
+    the second choice's text never lands in the client's one."""
+    sent = cut(wire.chat_stream(TEXT, cid="chatcmpl-orig"), 3, 1)
+    transcript = read_transcript("openai-chat", sent, CHAT_REQUEST)
+    first = wire.chat_stream(" all good.", cid="c")
+    second = [f.replace(b'"index":0', b'"index":1').replace(b"good", b"BAD!") for f in first[1:-3]]
+    out = played(transcript, Overlap("", strict=False), [first[0], *[x for pair in zip(first[1:-3], second)
+                                                                    for x in pair], *first[-3:]])
+    assert chat_text(sent) + chat_text(out) == TEXT

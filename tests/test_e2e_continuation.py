@@ -5,6 +5,7 @@ assembles is the whole answer, exactly once, and every frame it got parses."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,6 +52,7 @@ FULL = "The quick brown fox jumps over the lazy dog, twice."
 WORDS = wire.chat_words(FULL)
 SENT = "".join(WORDS[:3])  # what the client has when the cut comes
 REST = FULL[len(SENT):]
+SMALL = 64 * 1024  # the staging_limit of the route `c-small`
 LIFECYCLE = {"openai-chat": 1, "openai-responses": 4, "anthropic-messages": 3}  # frames before the first text
 
 
@@ -64,6 +66,9 @@ def continuing(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory)
                                    extra="    continue_after_cut: [prefill, regenerate]\n",
                                    prefill=CHAT_PREFILL if api == "openai-chat" else ""))
         routes.append(ROUTE.format(name=f"off-{api}", prefix="c-off", path=path, port=port, extra="", prefill=""))
+    routes.append(ROUTE.format(name="small-openai-chat", prefix="c-small", path=PATHS["openai-chat"], port=port,
+                               extra=f"    continue_after_cut: [prefill, regenerate]\n    staging_limit: {SMALL}\n",
+                               prefill=""))
     rules = workdir / "rules.yaml"
     rules.write_text(RULES.format(routes="".join(routes)))
     dump = start_mitmdump(rules, workdir / "mitmdump.log")
@@ -359,3 +364,130 @@ def test_a_continuation_cut_in_turn_is_finished_from_where_it_got_to(cenv: Env) 
     regenerated_line = [line for line in log.splitlines() if "continued_after_cut" in line][1]
     assert "strategy=regenerate" in regenerated_line
     assert f"chars_sent={len(SENT) + len(''.join(wire.chat_words(REST)[:2]))}" in regenerated_line
+
+
+# --- a cut right before the end ------------------------------------------------------
+
+
+def test_a_continuation_that_only_adds_the_end_is_logged_as_one(cenv: Env) -> None:
+    """The cut came after the last word: the backup's continuation is only the end
+    (a finish reason, usage, `[DONE]`), and that is a continuation like any other."""
+    api = "openai-chat"
+    whole = stream(api, FULL, "orig")
+    cenv.provider.script("c-primary", Reply.sse(*whole[:LIFECYCLE[api] + len(WORDS)], RESET))
+    cenv.provider.script("c-backup", Reply.sse(*stream(api, "", "cont")[:1], *stream(api, "", "cont")[2:]))
+    mark = cenv.mitm.log_mark()
+    body = curl(cenv, api)
+    got = events(body)
+    assert got.count("[DONE]") == 1
+    assert [ch["finish_reason"] for c in got if isinstance(c, dict) for ch in c["choices"] if ch["finish_reason"]] == ["stop"]
+    assert b": switchyard continued upstream=c-backup strategy=prefill" in body
+    log = cenv.mitm.wait_for_log("switchyard.continued_after_cut", mark)
+    assert f"chars_sent={len(FULL)}" in log
+
+
+def test_a_continuation_that_sent_the_end_and_broke_is_not_followed_by_another_end(cenv: Env) -> None:
+    """The backup's continuation sent the finish reason, then broke: the client has
+    an ended answer, and a regenerated one must not end it a second time."""
+    api = "openai-chat"
+    whole = stream(api, FULL, "orig")
+    end_only = stream(api, "", "cont")
+    cenv.provider.script("c-primary", Reply.sse(*whole[:LIFECYCLE[api] + len(WORDS)], RESET), regenerated(api))
+    cenv.provider.script("c-backup", Reply.sse(end_only[0], end_only[2], RESET))  # role, finish; then a reset
+    body = curl(cenv, api)
+    got = events(body)
+    finishes = [ch["finish_reason"] for c in got if isinstance(c, dict) and "choices" in c
+                for ch in c["choices"] if ch["finish_reason"]]
+    assert finishes == ["stop"]
+    assert "[DONE]" not in got
+    # what it had is whole text and one end; the stream still ends with the original cut
+    assert body.endswith(APIS[api].error_event("switchyard: upstream connection broke after output", "stream_cut"))
+    assert upstreams(cenv) == ["c-primary", "c-backup"]  # an ended answer is not regenerated
+
+
+# --- bounds --------------------------------------------------------------------------
+
+
+def test_an_answer_longer_than_staging_limit_is_not_continued_and_nothing_is_asked(cenv: Env) -> None:
+    api = "openai-chat"
+    long_words = [wire.chat_chunk({"content": "word " * 200}, cid="orig") for _ in range(SMALL // 1000 + 1)]
+    sent = b"".join([wire.CHAT_ROLE, *long_words])
+    assert len(sent) > SMALL
+    cenv.provider.script("c-small", Reply.sse(sent, RESET))
+    mark = cenv.mitm.log_mark()
+    body = curl(cenv, api, prefix="c-small")
+    assert body == sent + APIS[api].error_event("switchyard: upstream connection broke after output", "stream_cut")
+    assert upstreams(cenv) == ["c-small"]
+    log = cenv.mitm.wait_for_log("switchyard.not_continued", mark)
+    assert "staging_limit" in log
+
+
+def test_a_continuation_frame_larger_than_staging_limit_is_not_held_whole(cenv: Env) -> None:
+    """A continuation is re-framed frame by frame, so a frame is held whole: one that
+    never ends (or is larger than the route's staging_limit) ends the try, not the proxy."""
+    api = "openai-chat"
+    sent = b"".join(stream(api, FULL, "orig")[:LIFECYCLE[api] + 3])
+    endless = [b'data: {"id":"cont","choices":[{"index":0,"delta":{"content":"'] + [b"a" * 65536] * 64
+    cenv.provider.script("c-small", Reply.sse(sent, RESET), regenerated(api, "Another answer entirely."))
+    cenv.provider.script("c-backup", Reply.sse(stream(api, "", "cont")[0], *endless, b'"}}]}\n\n', RESET))
+    mark = cenv.mitm.log_mark()
+    body = curl(cenv, api, prefix="c-small")
+    assert body == sent + APIS[api].error_event("switchyard: upstream connection broke after output", "stream_cut")
+    log = cenv.mitm.wait_for_log("switchyard.stream_cut_after_output", mark)
+    failed = [line for line in log.splitlines() if "switchyard.continuation_failed" in line and "c-backup" in line
+              and "strategy=prefill" in line]
+    assert len(failed) == 1 and "larger than staging_limit" in failed[0]
+
+
+def test_a_stalled_answer_is_closed_before_it_is_continued(cenv: Env) -> None:
+    """Once a stall is called one, the stalled upstream is done with: it must not go on
+    generating (and billing) while another upstream finishes the answer."""
+    api = "openai-chat"
+    slow: list[bytes | float] = []
+    for frame in stream(api, REST, "cont"):
+        slow += [0.3, frame]  # the continuation takes longer than the stalled one would to wake up
+    cenv.provider.script("c-primary", cut_after(api, 3, 1.0))
+    cenv.provider.script("c-backup", Reply.sse(*slow))
+    assert sdk_text(cenv, api) == FULL
+    deadline = time.monotonic() + 10
+    while cenv.provider.cancelled + cenv.provider.finished < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (cenv.provider.cancelled, cenv.provider.finished) == (1, 1)  # the stalled one cancelled, not played out
+
+
+@pytest.mark.parametrize("api", ["openai-chat", "anthropic-messages"])
+def test_a_continuation_to_another_origin_carries_no_client_credentials_and_nothing_of_it_is_logged(
+        cenv: Env, api: str) -> None:
+    cenv.provider.script("c-primary", cut_after(api, 3, RESET))
+    cenv.provider.script("c-backup", continuation(api))
+    mark = cenv.mitm.log_mark()
+    assert sdk_text(cenv, api) == FULL
+    primary, backup = cenv.provider.calls
+    assert primary.port != backup.port  # another origin
+    assert any(CLIENT_SECRET in value for value in primary.headers.values())
+    assert not any(CLIENT_SECRET in value for value in backup.headers.values())
+    log = cenv.mitm.wait_for_log("switchyard.continued_after_cut", mark)
+    assert CLIENT_SECRET not in log and BODY_MARKER not in log and SENT not in log
+
+
+# --- the client leaving ---------------------------------------------------------------
+
+
+def test_a_client_that_leaves_during_a_continuation_cancels_it(cenv: Env) -> None:
+    api = "openai-chat"
+    slow = []
+    for frame in stream(api, REST, "cont"):
+        slow += [frame, 0.3]  # under idle_timeout_s: a slow continuation, not a stalled one
+    cenv.provider.script("c-primary", cut_after(api, 3, RESET))
+    cenv.provider.script("c-backup", Reply.sse(*slow))
+    mark = cenv.mitm.log_mark()
+    gone = cenv.curl(cenv.provider.url("c-primary", f"/v1/{PATHS[api]}"), request_body(api), max_time=1)
+    assert gone.returncode == 28  # curl gave up while the continuation was streaming
+    assert b": switchyard continued upstream=c-backup" in gone.body
+    cenv.mitm.wait_for_log("switchyard.client_gone", mark)
+    deadline = time.monotonic() + 10
+    while cenv.provider.cancelled < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (cenv.provider.cancelled, cenv.provider.finished) == (1, 0)
+    assert upstreams(cenv) == ["c-primary", "c-backup"]
+    assert events(curl(cenv, api))[-1] == "[DONE]"  # and the proxy is healthy afterwards

@@ -424,6 +424,10 @@ def test_continue_after_cut_is_off_unless_asked_for(tmp_path: Path) -> None:
     ("        prefill_body: {stream: false}\n", 8, "routes[0].upstreams[0].prefill_body", "stream cannot be set"),
     ("        prefill_message: {prefix: true}\n", 8, "routes[0].upstreams[0].prefill_message", "only with prefill: true"),
     ("        prefill: maybe\n", 8, "routes[0].upstreams[0].prefill", "boolean"),
+    ("        prefill: true\n        prefill_message: {role: user}\n", 9, "routes[0].upstreams[0].prefill_message",
+     "role cannot be set"),
+    ("        prefill: true\n        prefill_message: {prefix: true, content: hi}\n", 9,
+     "routes[0].upstreams[0].prefill_message", "content cannot be set"),
 ])
 def test_continuation_keys_are_checked_with_file_line_and_field(tmp_path: Path, extra: str, line: int, field: str,
                                                                words: str) -> None:

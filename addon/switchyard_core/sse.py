@@ -79,6 +79,16 @@ class SseEvent:
         return self._json
 
 
+def compact_json(data: Any) -> bytes:
+    """`data` as compact JSON, its text as UTF-8; a lone surrogate (half of an emoji
+    whose other half is in the next frame, written `\\ud83d`) has no UTF-8, so then
+    everything not ASCII is escaped, as it came."""
+    try:
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        return json.dumps(data, separators=(",", ":")).encode()
+
+
 def _split_lines(text: str) -> list[str]:
     return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 

@@ -184,7 +184,11 @@ class Continuation:
         touch = silence.touch
         write = self.client.write
         problems: list[str] = []
-        first: list[float] = []  # when the first continued character went out
+        # when the first continued frame went out: from then on the client's stream has
+        # changed (text, or only its end when the cut came right before it), so a later
+        # failure is this try's cut, to be continued from what the client now has
+        first: list[float] = []
+        limit = self.settings.staging_limit
 
         def through(chunk: bytes) -> None:
             touch()
@@ -202,11 +206,16 @@ class Continuation:
                     problems.append(str(exc))
                     body.stop()
                     return
-                if reframer.forwarded and not first:
-                    first.append(time.monotonic())
-                    self._continued(record, strategy, cut_at, transcript)
                 if out:
+                    if not first:
+                        first.append(time.monotonic())
+                        self._continued(record, strategy, cut_at, transcript)
                     write(out)
+            if splitter.pending > limit:
+                # a frame is re-framed only whole: one larger than what the route lets be
+                # held is more than this try may cost
+                problems.append(f"a frame larger than staging_limit ({limit} bytes)")
+                body.stop()
 
         silence.expect_by(deadlines.quiet_after_output)
         try:

@@ -290,6 +290,7 @@ class AttemptLoop:
         except TimeoutError:
             if gate.committed:
                 if not gate.complete:  # after the API's end marker, quiet is no stall: the answer is whole
+                    answer.close()  # given up on: it must not go on generating while another finishes the answer
                     await self._cut(record, deadlines.stalled_message(), "stream_stalled")
                 return None
             return self._fail(attempt, deadlines.silent_while_staged(time.monotonic()), timed_out=True)

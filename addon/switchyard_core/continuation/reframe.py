@@ -14,10 +14,9 @@ Pure: each `feed` takes one parsed frame and returns the bytes for the client.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol
 
-from ..sse import SseEvent
+from ..sse import SseEvent, compact_json
 from .overlap import Overlap
 from .transcript import Transcript
 
@@ -38,12 +37,8 @@ def reframer_for(transcript: Transcript, overlap: Overlap) -> Reframer:
     return kinds[transcript.api](transcript, overlap)
 
 
-def _dumps(data: Any) -> bytes:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-
-
 def _event(name: str, data: Any) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + _dumps(data) + b"\n\n"
+    return b"event: " + name.encode() + b"\ndata: " + compact_json(data) + b"\n\n"
 
 
 _KEEPALIVE = b": switchyard keepalive\n\n"
@@ -88,8 +83,10 @@ class ChatReframer(_Base):
         choices = chunk.get("choices") or []
         out_choices = []
         for choice in choices:
-            if not isinstance(choice, dict):
-                self.overlap.not_text("a choice that is not an object")
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                # the client asked for one choice (several are never continued): another is
+                # not part of its answer, and merged into it would garble the text
+                self.overlap.not_text("another choice")
                 continue
             delta = dict(choice.get("delta") or {})
             delta.pop("role", None)
@@ -114,7 +111,7 @@ class ChatReframer(_Base):
             return b""  # an empty or filter chunk: the client had its own
         if not choices:
             self.overlap.ended()
-        return b"data: " + _dumps(self._ids(chunk, out_choices)) + b"\n\n"
+        return b"data: " + compact_json(self._ids(chunk, out_choices)) + b"\n\n"
 
     def _ids(self, chunk: dict[str, Any], choices: list[Any]) -> dict[str, Any]:
         t = self.transcript

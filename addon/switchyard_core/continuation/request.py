@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..sse import compact_json
+
 PREFILL_APIS = frozenset({"openai-chat", "anthropic-messages"})
 
 
@@ -70,7 +72,7 @@ def continuation_body(api: str, strategy: str, body: bytes, text: str, *,
     last.update(copy.deepcopy(dict(prefill_message or {})))
     messages[-1] = last
     data["messages"] = messages
-    return ContinuationRequest(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode(), echo)
+    return ContinuationRequest(compact_json(data), echo)
 
 
 def _ends_with_assistant(messages: list[Any]) -> bool:

@@ -92,7 +92,7 @@ def _chat(events: list[Any], request: dict[str, Any]) -> Transcript:
     text: list[str] = []
     ids: dict[str, Any] = {}
     for _, chunk in _objects(events):
-        if not ids and chunk.get("id") is not None:
+        if not ids and chunk.get("id"):  # not Azure's prompt-filter chunk: its id and model are empty
             ids = {"response_id": chunk.get("id"), "model": chunk.get("model"), "created": chunk.get("created"),
                    "system_fingerprint": chunk.get("system_fingerprint")}
         for choice in chunk.get("choices") or ():

@@ -8,6 +8,7 @@ turns a validated file into the runtime `Route`s.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
@@ -66,15 +67,18 @@ def each_once(strategies: list[str]) -> list[str]:
 
 Strategies = Annotated[list[Strategy], AfterValidator(each_once)]
 
-# keys a prefill request cannot have replaced: they are the request itself
-_PREFILL_BODY_FORBIDDEN = ("messages", "stream")
+def none_of(*keys: str) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
+    """A mapping merged into a prefill request may not replace what makes it one: the
+    request's `messages` and `stream`, the final message's `role` and `content` (the
+    text the client has: replaced, the continuation would repeat or skip some)."""
 
+    def check(merged: dict[str, Any] | None) -> dict[str, Any] | None:
+        taken = [key for key in keys if merged and key in merged]
+        if taken:
+            raise ValueError(f"{', '.join(taken)} cannot be set here: the continuation request's own")
+        return merged
 
-def no_request_keys(body: dict[str, Any] | None) -> dict[str, Any] | None:
-    taken = [key for key in _PREFILL_BODY_FORBIDDEN if body and key in body]
-    if taken:
-        raise ValueError(f"{', '.join(taken)} cannot be set here: the continuation request's own")
-    return body
+    return check
 
 
 class _Strict(BaseModel):
@@ -122,8 +126,8 @@ class UpstreamSpec(_Strict):
     forward_headers: list[str] = Field(default_factory=list)
     forward_query: list[str] = Field(default_factory=list)
     prefill: bool = False  # it continues a conversation that ends in an assistant message
-    prefill_body: Annotated[dict[str, Any] | None, AfterValidator(no_request_keys)] = None
-    prefill_message: dict[str, Any] | None = None
+    prefill_body: Annotated[dict[str, Any] | None, AfterValidator(none_of("messages", "stream"))] = None
+    prefill_message: Annotated[dict[str, Any] | None, AfterValidator(none_of("role", "content"))] = None
     # Responses turns over WebSocket: auto tries the upgrade and takes HTTP SSE when refused
     websocket: Literal["auto"] | Annotated[bool, Field(strict=True)] = "auto"
 

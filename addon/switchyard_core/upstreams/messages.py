@@ -25,6 +25,7 @@ from ..apis.google_gemini import upstream_path
 from ..exchange import OriginalRequest
 from ..redaction import looks_like_credential, query_name
 from ..rules import Upstream
+from ..sse import compact_json
 from .body import Body
 
 # Never forwarded: connection-level, recomputed, or ours.
@@ -203,12 +204,8 @@ def _with_model(body: bytes, model: str) -> bytes:
     if not isinstance(data, dict):
         return body
     data["model"] = model
-    try:
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-    except UnicodeEncodeError:
-        # half a surrogate pair (`"\ud83d"`, an emoji cut in two) has no UTF-8: every
-        # non-ASCII character as its escape, that one too, as the client sent it
-        return json.dumps(data, separators=(",", ":")).encode()
+    return compact_json(data)
+
 
 
 def request_id(headers: Mapping[str, str]) -> str | None:
