@@ -17,6 +17,7 @@ from .rules import Route
 
 if TYPE_CHECKING:
     from .faults import FaultPlan
+    from .upstreams.messages import Answer, UpstreamRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,23 @@ class AnswerHead:
     streamed: bool  # the body follows as it arrives; else it is whole (and has a Content-Length)
 
 
+@dataclass(frozen=True, slots=True)
+class EarlyAttempt:
+    """The first upstream's request, sent from the Router's hook before mitmproxy has
+    passed the flow to the relay: the attempt loop's first attempt takes it over."""
+
+    request: "UpstreamRequest"
+    started: float  # time.monotonic(), when it was sent
+    answer: "asyncio.Task[Answer]"
+
+    def discard(self) -> None:
+        """Nobody will read this answer (the flow never reached the relay): stop it."""
+        if not self.answer.done():
+            self.answer.cancel()  # the connection it was on is closed, never reused
+        elif not self.answer.cancelled() and self.answer.exception() is None:
+            self.answer.result().close()
+
+
 @dataclass(slots=True)
 class Exchange:
     token: str
@@ -124,4 +142,5 @@ class Exchange:
     # if they can be found (then the answer goes to mitmproxy in-process: relay/direct_line.py)
     mitmproxy_streams: "Callable[[], tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] | None" = None
     upstream_proxy: str | None = None  # the upstream-mode proxy the flow's listener sends through, if any
+    early: EarlyAttempt | None = None  # the first attempt, under way before the relay serves the exchange
 

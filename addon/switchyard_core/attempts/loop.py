@@ -113,12 +113,16 @@ class AttemptLoop:
     # --- one attempt ----------------------------------------------------------------
 
     async def _attempt(self, upstream: Upstream, tries: int, has_next: bool) -> _Failed | None:
-        request = build_request(self.exchange.request, upstream)
+        early, self.exchange.early = self.exchange.early, None  # the first attempt's, sent from the hook
+        if early is not None and (self.exchange.attempts or upstream is not self.route.upstreams[0]):
+            early.discard()
+            early = None
+        request = early.request if early is not None else build_request(self.exchange.request, upstream)
         record = AttemptRecord(
             attempt=len(self.exchange.attempts) + 1,
             upstream=upstream.name,
             url=display_url(self.exchange.request, upstream),
-            started=time.monotonic(),
+            started=early.started if early is not None else time.monotonic(),
             request_headers=request.headers,
             secret_headers=secret_header_names(upstream),
         )
@@ -135,8 +139,9 @@ class AttemptLoop:
             open_s = settings.request_timeout_s or None  # the whole answer, headers included
             waiting_for = "complete answer"
         try:
-            async with asyncio.timeout(open_s):
-                answer: Answer = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s)
+            async with asyncio.timeout_at(_loop_time(record.started + open_s) if open_s else None):
+                answer: Answer = await (early.answer if early is not None
+                                        else self.http.open(request, connect_timeout_s=settings.connect_timeout_s))
         except ConnectTimeout:
             info = ErrorInfo(status=504, message=f"no connection within {settings.connect_timeout_s:g}s",
                              event_type="timeout", retryable_hint=True)
