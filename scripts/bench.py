@@ -55,6 +55,15 @@ Figures, per concurrency level:
          — what a client without Switchyard would have to do.  "added" is that
          time minus (the failing upstream's direct time-to-error + the backup's
          direct TTFT), both medians from the direct cells of the same run.
+  burst (`--burst 20 50`, `--bursts N` a cell): C happy requests started in one
+         loop pass, as an agent fanning out tool calls does; the next burst
+         once all C have ended (and 50 ms more).  TTFT median, p90 and p99 are
+         timed from the burst's start, so the last request's figure includes
+         the proxy's work on the C-1 before it; proxy CPU per stream as above.
+  The first table printed holds the figures to compare first, each against
+  plain mitmdump in the same run and round by round: first content in a burst
+  of 20 and of 50 (median, p90), at concurrency 1, and CPU per stream at each
+  `--concurrency` level (1, 20, 50).
   continue after cut (switchyard only): the `/cut/` answer breaks after three
          content frames; its route has `continue_after_cut: [prefill]` and a
          backup with `prefill: true`, which answers the continuation request
