@@ -72,7 +72,9 @@ def section(title: str) -> None:
 @contextmanager
 def demo_setup(primary_failures: int, *, web: bool) -> Iterator[tuple[ScriptedByApi, Mitmdump, Path]]:
     """The fake provider (primary answers a first-frame 503, the first N times) and
-    Switchyard in front of it; everything stopped and removed afterwards."""
+    Switchyard in front of it; both stopped afterwards.  The rules file and mitmdump's
+    log stay in the run's folder: the log names the rules file, which must still be
+    there to read."""
     provider = ScriptedByApi({"primary": ("sse_503", primary_failures)})
     provider.start()
     workdir = Path(tempfile.mkdtemp(prefix="switchyard-demo-"))
@@ -86,7 +88,7 @@ def demo_setup(primary_failures: int, *, web: bool) -> Iterator[tuple[ScriptedBy
     finally:
         dump.stop()
         provider.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(workdir / "mitmproxy-conf", ignore_errors=True)  # the CA it made for this run
 
 
 def _interrupt(*_: object) -> None:
@@ -98,11 +100,12 @@ def main() -> None:
     parser.add_argument("--web", action="store_true", help="run mitmweb and keep it running")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _interrupt)
-    with demo_setup(3, web=args.web) as (provider, dump, _):
+    with demo_setup(3, web=args.web) as (provider, dump, workdir):
         url = provider.url("primary", "/v1/chat/completions")
         try:
             section("1. Straight to the provider: HTTP 200, and the answer is an error")
             print(curl(url).strip())
+            direct = len(provider.calls)
             section("2. Through Switchyard: the same request")
             through = curl(url, dump.proxy_url)
             print(through.strip())
@@ -110,7 +113,8 @@ def main() -> None:
             print(f"answer text: {answer_text(through)!r}")
             shown = [line.split(": ", 1)[1] for line in through.splitlines() if line.lower().startswith("x-switchyard-")]
             print(f"x-switchyard-upstream / attempts: {shown}")
-            print(f"requests the provider saw: {[c.upstream for c in provider.calls]}")
+            print(f"requests the provider saw from Switchyard: {[c.upstream for c in provider.calls[direct:]]}"
+                  f" (and {direct} straight from the client, in section 1)")
             section("What Switchyard logged")
             time.sleep(0.2)
             for line in dump.log().splitlines():
@@ -123,6 +127,7 @@ def main() -> None:
                     time.sleep(1)
         except KeyboardInterrupt:
             pass
+    print(f"\nThe rules file and mitmdump's log are kept in {workdir}/ (rules.yaml, mitmdump.log).")
 
 
 if __name__ == "__main__":

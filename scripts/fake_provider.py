@@ -7,88 +7,138 @@ names the upstream) unless told to fail:
 
     scripts/fake_provider.py --port 9100 --port 9101 --fail primary=sse_503:2
 
-makes the first two requests to `/primary/...` answer HTTP 200 with a
-first-frame 503 error in the API's own shape.  Failure kinds: sse_503, sse_429,
-http_503, http_429, http_529, overload_message, response_failed, reset, stall.
+makes the first two streaming-API requests to `/primary/...` (POST to
+chat/completions, responses or messages) answer HTTP 200 with a first-frame 503
+error in the API's own shape; COUNT `always` fails every one.  Other requests
+never use a failure up: HEAD gets headers without a body, GET .../models a model
+list, POST .../count_tokens a token count.
+
+Failure kinds:
+  sse_503, sse_429, sse_529  HTTP 200, then an error as the first frame (Anthropic's
+                         overloaded_error for 503 and 529)
+  lifecycle_error        the lifecycle frames (role chunk, response.created,
+                         message_start + ping), then an in-stream 503 error
+  response_failed        Responses: response.created, then response.failed
+                         server_is_overloaded; other APIs: their in-stream error
+  overload_message       an error with only "Our servers are currently overloaded."
+  http_503, http_429, http_529   an HTTP error with the API's JSON error body
+  reset, lifecycle_reset the connection dropped (after the lifecycle frames)
+  stall, lifecycle_stall silence after the headers (after the lifecycle frames)
+
+--ws also serves the Responses API over WebSocket (ws://127.0.0.1:PORT/v1/responses);
+--ws-fail N makes its first N turns fail before output (an error, then response.failed).
 Runs until interrupted, or for --seconds.
 """
 
 from __future__ import annotations
 
-import argparse
-import signal
+import os
 import sys
-import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "addon"))
-
-from switchyard_core.faults import error_body, error_frame  # noqa: E402
-from switchyard_core.apis.openai_responses import OVERLOAD_OUTPUT_TEXT  # noqa: E402
-from tests.support.fake_provider import RESET, FakeProvider, Reply  # noqa: E402
-
-KINDS = ("sse_503", "sse_429", "http_503", "http_429", "http_529", "overload_message", "response_failed", "reset", "stall")
-API_PATHS = {"openai-chat": "/v1/chat/completions", "openai-responses": "/v1/responses", "anthropic-messages": "/v1/messages"}
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def failing_reply(kind: str, api: str) -> Reply:
-    if kind.startswith("sse_"):
-        status = int(kind[4:])
-        return Reply.sse(error_frame(api, "sse_error", status, "provider overloaded"))
-    if kind.startswith("http_"):
-        status = int(kind[5:])
-        return Reply(status, [error_body(api, status, "provider overloaded")], content_type="application/json")
-    if kind == "overload_message":
-        return Reply.sse(error_frame(api, "overload_message", 503, OVERLOAD_OUTPUT_TEXT))
-    if kind == "response_failed":
-        return Reply.sse(error_frame(api, "response_failed", 503, OVERLOAD_OUTPUT_TEXT))
-    if kind == "reset":
-        return Reply.sse(RESET)
-    if kind == "stall":
-        return Reply.sse(3600.0)
-    raise ValueError(kind)
+def _in_project_venv() -> None:
+    """Run on the project's own venv (made by scripts/bootstrap) whatever python started us:
+    the provider needs aiohttp and the project's test support."""
+    venv_python = ROOT / ".venv" / "bin" / "python"
+    if Path(sys.prefix).resolve() == (ROOT / ".venv").resolve():
+        return
+    import subprocess
+
+    subprocess.run([str(ROOT / "scripts" / "bootstrap")], check=True)
+    os.execv(str(venv_python), [str(venv_python), str(Path(__file__).resolve()), *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    _in_project_venv()
+
+import argparse  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
+
+from aiohttp import web  # noqa: E402
+
+from tests.support import wire  # noqa: E402
+from tests.support.fake_provider import FAILURES, FakeProvider, failing_reply  # noqa: E402
+from tests.support.ws_provider import WsProvider, overload_turn  # noqa: E402
+
+API_PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+ALWAYS = -1
+
+
+def is_api_request(method: str, path: str) -> bool:
+    """A request a scripted failure is for: a POST to a streaming API's path."""
+    return method == "POST" and any(path.endswith(api) for api in API_PATHS)
 
 
 class ScriptedByApi(FakeProvider):
-    """Scripts a failure per upstream name, shaped by the API each request's path names."""
+    """Fails each named upstream's first COUNT API requests, shaped by the API each
+    request's path names; its other requests are answered normally."""
 
     def __init__(self, failures: dict[str, tuple[str, int]]) -> None:
         super().__init__()
         self.failures = {name: [kind, count] for name, (kind, count) in failures.items()}
 
-    async def _handle(self, request):  # type: ignore[no-untyped-def,override]
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         upstream, _, rest = request.path.lstrip("/").partition("/")
         plan = self.failures.get(upstream)
-        if plan and plan[1] > 0:
-            plan[1] -= 1
-            api = next((name for name, path in API_PATHS.items() if ("/" + rest).endswith(path)), "openai-chat")
-            self.script(upstream, failing_reply(plan[0], api))
+        if plan and plan[1] != 0 and is_api_request(request.method, "/" + rest):
+            if plan[1] > 0:
+                plan[1] -= 1
+            self.script(upstream, failing_reply(str(plan[0]), wire.api_of("/" + rest)))
         return await super()._handle(request)
 
 
 def parse_failure(text: str) -> tuple[str, tuple[str, int]]:
     name, _, spec = text.partition("=")
     kind, _, count = spec.partition(":")
-    if not name or kind not in KINDS:
-        raise argparse.ArgumentTypeError(f"--fail NAME=KIND[:COUNT], KIND one of {', '.join(KINDS)}")
-    return name, (kind, int(count or 1))
+    if not name or kind not in FAILURES:
+        raise argparse.ArgumentTypeError(f"--fail NAME=KIND[:COUNT|always], KIND one of {', '.join(FAILURES)}")
+    if count == "always":
+        return name, (kind, ALWAYS)
+    try:
+        return name, (kind, int(count or 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--fail {text}: COUNT is a number or 'always'") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scripts/fake_provider.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=int, action="append",
+                        help="port to listen on (repeat for a second origin); default: two random ports")
+    parser.add_argument("--fail", type=parse_failure, action="append", default=[], metavar="NAME=KIND[:COUNT]",
+                        help="fail upstream NAME's first COUNT API requests (default 1; 'always')")
+    parser.add_argument("--pace-ms", type=float, default=0, help="pause between the frames of a normal answer")
+    parser.add_argument("--ws", action="store_true", help="also serve the Responses API over WebSocket")
+    parser.add_argument("--ws-fail", type=int, default=0, metavar="N", help="fail the first N WebSocket turns")
+    parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until interrupted)")
+    return parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--port", type=int, action="append", help="port to listen on (repeat for a second origin); default: two random ports")
-    parser.add_argument("--fail", type=parse_failure, action="append", default=[], help="NAME=KIND[:COUNT]")
-    parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until interrupted)")
-    args = parser.parse_args()
+    args = parser().parse_args()
     provider = ScriptedByApi(dict(args.fail))
+    provider.pace_s = args.pace_ms / 1000
     provider.start(ports=args.port or [0, 0])
+    ws = None
+    if args.ws:
+        ws = WsProvider().start()
+        ws.script(*(overload_turn(f"resp_fail{n}") for n in range(args.ws_fail)))
     print(" ".join(f"http://127.0.0.1:{port}" for port in provider.ports), flush=True)
+    if ws is not None:
+        print(ws.url, flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait(args.seconds or None)
     provider.stop()
+    if ws is not None:
+        ws.stop()
 
 
 if __name__ == "__main__":

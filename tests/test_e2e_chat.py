@@ -322,6 +322,27 @@ def test_reset_before_output_falls_back(env: Env) -> None:
     assert result.body == BACKUP_BYTES
 
 
+def test_a_reset_after_the_request_was_sent_is_logged_in_that_phase_with_no_status_nobody_sent(env: Env) -> None:
+    """The upstream took the request and dropped the connection before its headers: no
+    upstream answered 502, and it was not a connect failure."""
+    mark = env.mitm.log_mark()
+    env.provider.script("primary", Reply.sse(RESET), Reply.sse(RESET))
+    assert env.curl(chat_url(env), env.chat_body()).body == BACKUP_BYTES
+    assert len(env.provider.calls_to("primary")) == 2  # both got the request
+    log = env.mitm.wait_for_log("switchyard.fallback_answered", mark)
+    assert ('upstream=primary attempt=1 phase=headers event=transport decision=retry delay_s=') in log
+    assert 'upstream=primary attempt=2 phase=headers event=transport decision=next_upstream message="connection reset' in log
+    assert "status=502" not in log
+
+
+def test_a_refused_connection_is_logged_as_a_connect_failure_with_no_status(env: Env) -> None:
+    mark = env.mitm.log_mark()
+    assert env.curl(chat_url(env, "deadfirst"), env.chat_body()).status == 200
+    log = env.mitm.wait_for_log("switchyard.fallback_answered", mark)
+    assert ('upstream=dead attempt=1 phase=connect event=transport decision=next_upstream '
+            'message="connection refused or unreachable"') in log
+
+
 def test_empty_stream_done_only_falls_back(env: Env) -> None:
     env.provider.script("primary", *[Reply.sse(wire.CHAT_DONE)] * 2)
     assert env.curl(chat_url(env), env.chat_body()).body == BACKUP_BYTES

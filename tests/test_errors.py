@@ -81,7 +81,7 @@ ERROR_INFO_CASES: list[tuple[str, Any, dict[str, Any]]] = [
     (
         "Gemini code + status (§4.2)",
         {"error": {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}},
-        {"status": 503, "code": None, "message": "The model is overloaded. Please try again later."},
+        {"status": 503, "code": "UNAVAILABLE", "message": "The model is overloaded. Please try again later."},
     ),
     (
         "Azure content_filter with numeric status (§6.1)",
@@ -116,7 +116,7 @@ ERROR_INFO_CASES: list[tuple[str, Any, dict[str, Any]]] = [
     (
         "Gemini 429 RESOURCE_EXHAUSTED (§4.2)",
         {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Quota exceeded"}},
-        {"status": 429, "code": None},
+        {"status": 429, "code": "RESOURCE_EXHAUSTED"},
     ),
     (
         "out-of-range integer code kept as text",

@@ -384,6 +384,12 @@ routes:
             assert attempt.request.content == b""
             assert attempt.response is not None and attempt.response.status_code == 200
             assert attempt.response.content == b"".join(failure)
+            # the headers the upstream sent (a chunked stream: no Content-Length), and the
+            # 200 is not shown as a success: the failure inside it is the flow's error
+            assert "content-length" not in attempt.response.headers
+            assert attempt.response.headers["content-type"].startswith("text/event-stream")
+            assert attempt.error is not None
+            assert attempt.error.msg == "failed inside the 200 answer: 503 provider overloaded"
             assert attempt.comment.startswith("attempt 1 (chat): primary: 503 provider overloaded → next_upstream")
             assert attempt.marked == ":red_circle:"
             router.done()

@@ -35,12 +35,13 @@ def error_of(tmp_path: Path, text: str) -> str:
     return str(caught.value)
 
 
-def test_shipped_rules_cover_the_three_apis_with_original_destinations() -> None:
+def test_shipped_rules_cover_the_four_apis_with_original_destinations() -> None:
     rules = load_rules(SHIPPED_RULES)
     assert [(r.name, r.api, r.host, r.path) for r in rules.routes] == [
         ("openai-chat", "openai-chat", "api.openai.com", "/v1/chat/completions"),
         ("openai-responses", "openai-responses", "api.openai.com", "/v1/responses"),
         ("anthropic-messages", "anthropic-messages", "api.anthropic.com", "/v1/messages"),
+        ("gemini", "google-gemini", "generativelanguage.googleapis.com", "/v1*/models/*"),
     ]
     assert all(u.is_original and u.retries >= 1 for r in rules.routes for u in r.upstreams)
     assert "backup.example.com" in SHIPPED_RULES.read_text()  # the commented backup example
@@ -184,8 +185,8 @@ faults:
         f"{name}:6: routes[0].upstreams[0].url: must be `original` or an http(s) URL, got 'ftp://x'",
         f"{name}:7: routes[0].upstreams[1].name: duplicate upstream name 'openai'",
         f"{name}:8: routes[1].name: duplicate route name 'chat'",
-        f"{name}:11: routes[2].api: cannot infer the API from match.path; set api: openai-chat, openai-responses "
-        "or anthropic-messages",
+        f"{name}:11: routes[2].api: cannot infer the API from match.path; set api: openai-chat, openai-responses, "
+        "anthropic-messages or google-gemini",
         f"{name}:15: faults[0].route: no route named 'nope'",
     ]
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +17,8 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
+
+from tests.support import wire
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,6 +69,200 @@ def test_the_demo_shows_a_fallback_end_to_end() -> None:
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert "answer text: 'Hello from backup, all good.'" in output
     assert "switchyard.fallback_answered route=demo-chat upstream=backup" in output
+    # section 1 involves no Switchyard: what it shows is a provider's own error frame
+    direct = output.split("1. Straight to the provider", 1)[1].split("2. Through Switchyard", 1)[0]
+    assert "switchyard" not in direct.lower()
+    assert '{"id":"c1","object":"chat.completion.chunk","choices":[],"error":{"code":503,' in direct
+    # the provider's requests: Switchyard's three, and the direct one named as such
+    assert ("requests the provider saw from Switchyard: ['primary', 'primary', 'backup'] "
+            "(and 1 straight from the client, in section 1)") in output
+    # the rules file its log names is still there to read
+    named = output.split("switchyard.rules_loaded path=", 1)[1].split()[0]
+    assert Path(named).read_text().startswith("version: 1")
+    kept = Path(named).parent
+    assert f"kept in {kept}/" in output and (kept / "mitmdump.log").exists()
+    shutil.rmtree(kept)
+
+
+def test_try_prints_the_base_url_for_your_client_and_the_log_as_it_comes(tmp_path: Path) -> None:
+    process = subprocess.Popen([str(ROOT / "scripts" / "try"), "--fail", "sse_503:always", "--web"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        printed: list[str] = []
+        while not any("Ctrl-C to stop" in line for line in printed):  # bounded by the reads' end below
+            line = process.stdout.readline()
+            assert line, "scripts/try ended early:\n" + "".join(printed)
+            printed.append(line)
+        text = "".join(printed)
+        base = text.split("OpenAI-style clients", 1)[1].split("http://", 1)[1].split()[0]
+        assert base.endswith("/primary/v1")
+        anthropic_base = text.split("Anthropic-style clients", 1)[1].split("http://", 1)[1].split()[0]
+        rules = Path(text.split("Rules: ", 1)[1].split()[0])
+        web = text.split("mitmweb: ", 1)[1].split()[0]
+        assert "/?token=" in web and raw(web, "GET")[0] == 200
+        assert "match: {path: /primary/v1/chat/completions}" in rules.read_text()
+        chat = openai.OpenAI(api_key="sk-anything", base_url=f"http://{base}", max_retries=0)
+        stream = chat.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                              stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == wire.answer_text("backup")
+        claude = anthropic.Anthropic(api_key="sk-anything", base_url=f"http://{anthropic_base}", max_retries=0)
+        with claude.messages.stream(model="claude-sonnet-4-5", max_tokens=50,
+                                    messages=[{"role": "user", "content": "hi"}]) as answer:
+            assert "".join(answer.text_stream) == wire.answer_text("backup")
+        # what to watch: the log lines, printed as they come
+        seen: list[str] = []
+        while sum("switchyard.fallback_answered" in line for line in seen) < 2:
+            line = process.stdout.readline()
+            assert line, "scripts/try ended early:\n" + "".join(seen)
+            seen.append(line)
+        log = "".join(seen)
+        assert "switchyard.attempt_failed route=try-chat upstream=primary attempt=1" in log
+        assert "switchyard.fallback_answered route=try-messages upstream=backup attempt=3" in log
+    finally:
+        process.terminate()
+        process.wait(20)
+
+
+# --- the fake provider from a plain shell ---------------------------------------------------
+
+
+def plain_shell_env(tmp_path: Path) -> dict[str, str]:
+    """What a new user's shell has: the system's PATH and a HOME, no venv, no PYTHONPATH."""
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+
+def test_the_fake_provider_runs_from_a_plain_shell_on_the_projects_venv(tmp_path: Path) -> None:
+    done = subprocess.run([str(ROOT / "scripts" / "fake_provider.py"), "--help"], env=plain_shell_env(tmp_path),
+                          cwd=tmp_path, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    usage = done.stdout.decode()
+    assert usage.startswith("usage: scripts/fake_provider.py")
+    for kind in ("lifecycle_error", "lifecycle_stall", "response_failed", "http_529", "--ws"):
+        assert kind in usage
+
+
+@pytest.fixture
+def provider_run(tmp_path: Path) -> Iterator[list[str]]:
+    """`scripts/fake_provider.py` as a user starts it, with the arguments a test appends;
+    yields the lines it printed (its origins, and the WebSocket address with --ws)."""
+    args: list[str] = []
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(*extra: str, lines: int = 1) -> list[str]:
+        process = subprocess.Popen([str(ROOT / "scripts" / "fake_provider.py"), "--seconds", "60", *extra],
+                                   env=plain_shell_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        processes.append(process)
+        assert process.stdout is not None
+        printed = [process.stdout.readline().decode().strip() for _ in range(lines)]
+        assert all(printed), "the fake provider printed no address"
+        return printed
+
+    yield start  # type: ignore[misc]
+    for process in processes:
+        process.terminate()
+        process.wait(10)
+
+
+def raw(url: str, method: str = "POST", body: dict | None = None, headers: dict[str, str] | None = None,
+        ) -> tuple[int, dict[str, str], bytes]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with opener.open(request, timeout=10) as answer:
+            return answer.status, dict(answer.headers), answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+STREAM = {"model": "m", "stream": True, "messages": []}
+
+
+def test_side_requests_get_their_own_shapes_and_never_use_up_a_failure(provider_run) -> None:
+    origin = provider_run("--fail", "primary=sse_529:1")[0].split()[0]
+    base = f"{origin}/primary"
+    # Claude Code's preflight: headers, no body, nothing spent
+    status, headers, body = raw(base, "HEAD")
+    assert (status, headers.get("Content-Length"), body) == (200, "0", b"")
+    claude = anthropic.Anthropic(api_key="sk-test", base_url=base, max_retries=0)
+    assert [m.id for m in claude.models.list()] == ["claude-sonnet-4-5"]
+    assert claude.messages.count_tokens(model="claude-sonnet-4-5", messages=[{"role": "user", "content": "hi"}]
+                                        ).input_tokens == 12
+    chat = openai.OpenAI(api_key="sk-test", base_url=f"{base}/v1", max_retries=0)
+    assert [m.id for m in chat.models.list()] == ["gpt-4o"]
+    assert raw(f"{base}/v1/messages", "GET")[0] == 200  # not the method a failure is for
+    # the failure is still there for the request it is for, in Anthropic's shape
+    status, _, body = raw(f"{base}/v1/messages", body=STREAM)
+    assert status == 200 and body == wire.anthropic_error("overloaded_error", "provider overloaded")
+    status, _, body = raw(f"{base}/v1/messages", body=STREAM)
+    assert body == b"".join(wire.anthropic_stream(wire.answer_text("primary")))
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+def test_lifecycle_then_error_for_every_api(provider_run, path: str) -> None:
+    origin = provider_run("--fail", "primary=lifecycle_error:always")[0].split()[0]
+    api = wire.api_of(path)
+    for _ in range(2):  # always
+        status, _, body = raw(f"{origin}/primary{path}", body=STREAM)
+        assert status == 200
+        assert body == b"".join([*wire.lifecycle_frames(api), wire.stream_error(api, 503, "provider overloaded")])
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+def test_lifecycle_then_stall_for_every_api(provider_run, path: str) -> None:
+    """The lifecycle frames arrive, then nothing: the read times out, the connection stays open."""
+    origin = provider_run("--fail", "primary=lifecycle_stall:1")[0].split()[0]
+    port = int(origin.rsplit(":", 1)[1])
+    lifecycle = wire.lifecycle_frames(wire.api_of(path))  # each in a chunk of its own
+    request = (f"POST /primary{path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(json.dumps(STREAM))}\r\n\r\n{json.dumps(STREAM)}").encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        got = b""
+        while not all(frame in got for frame in lifecycle):
+            piece = sock.recv(65536)
+            assert piece, f"closed before the lifecycle frames: {got!r}"
+            got += piece
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(65536)  # silence after them
+
+
+def test_responses_failed_is_codex_s_capacity_failure(provider_run) -> None:
+    origin = provider_run("--fail", "primary=response_failed:1")[0].split()[0]
+    status, _, body = raw(f"{origin}/primary/v1/responses", body=STREAM)
+    assert status == 200
+    failed = json.loads(body.split(b"event: response.failed\ndata: ", 1)[1])
+    assert failed["response"]["error"]["code"] == "server_is_overloaded"
+
+
+def test_pacing_spaces_the_frames_of_a_normal_answer(provider_run) -> None:
+    origin = provider_run("--pace-ms", "40")[0].split()[0]
+    started = time.monotonic()
+    status, _, body = raw(f"{origin}/primary/v1/chat/completions", body=STREAM)
+    frames = wire.chat_stream(wire.answer_text("primary"))
+    assert body == b"".join(frames)
+    assert time.monotonic() - started >= 0.04 * (len(frames) - 1)  # a lower bound: the pauses were made
+
+
+def test_the_responses_api_over_websocket_fails_its_first_turns_then_answers(provider_run) -> None:
+    http_origins, ws_url = provider_run("--ws", "--ws-fail", "1", lines=2)
+    assert ws_url.startswith("ws://127.0.0.1:") and ws_url.endswith("/v1/responses")
+    from websockets.sync.client import connect
+
+    with connect(ws_url, open_timeout=10) as ws:
+        kinds = []
+        for _ in range(2):
+            ws.send(json.dumps({"type": "response.create", "model": "gpt-4o", "input": "hi"}))
+            turn = []
+            while not turn or turn[-1] not in ("response.failed", "response.completed"):
+                turn.append(json.loads(ws.recv(timeout=10))["type"])
+            kinds.append(turn)
+    assert kinds[0] == ["response.created", "error", "response.failed"]
+    assert kinds[1][0] == "response.created" and "response.output_text.delta" in kinds[1]
+    assert kinds[1][-1] == "response.completed"
 
 
 # --- finding a Python >= 3.12 on a machine that may have only an older one ----------------

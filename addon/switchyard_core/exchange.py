@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
+from .apis.google_gemini import streams
 from .rules import Route
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ class OriginalRequest:
     url: str
     headers: tuple[tuple[str, str], ...]
     body: bytes
-    wants_stream: bool = False  # the JSON body says "stream": true
+    wants_stream: bool = False  # the JSON body says "stream": true (Gemini: the URL, `:streamGenerateContent?alt=sse`)
     wants_usage: bool = False  # and "stream_options": {"include_usage": true} (Chat): usage ends the answer
     # where the listener knew only the destination's address (transparent, local, ...): `url`
     # holds the name the client meant, and this the address to reach it at
@@ -38,6 +39,7 @@ class OriginalRequest:
     def of(cls, method: str, url: str, headers: tuple[tuple[str, str], ...], body: bytes, json_body: Any,
            address: str | None = None) -> "OriginalRequest":
         stream = isinstance(json_body, dict) and json_body.get("stream") is True
+        stream = stream or streams(url)  # Gemini says it in the URL
         options = json_body.get("stream_options") if stream else None
         usage = isinstance(options, dict) and options.get("include_usage") is True
         return cls(method, url, headers, body, stream, usage, address)
@@ -86,6 +88,11 @@ class AttemptRecord:
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
                "event_type", "request_id", "duration_s", "fault", "continuation")
 
+    def request_sent(self, sent: bool) -> None:
+        """The request is on a connection (or, False, going to a fresh one): a failure
+        from now on happened waiting for the answer's headers, not connecting."""
+        self.phase = "headers" if sent else "connect"
+
     def finish(self, outcome: str) -> None:
         self.outcome = outcome
         self.duration_s = round(time.monotonic() - self.started, 4)
@@ -105,17 +112,33 @@ class AnswerHead:
     streamed: bool  # the body follows as it arrives; else it is whole (and has a Content-Length)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EarlyAttempt:
     """The first upstream's request, sent from the Router's hook before mitmproxy has
     passed the flow to the relay: the attempt loop's first attempt takes it over."""
 
     request: "UpstreamRequest"
     started: float  # time.monotonic(), when it was sent
-    answer: "asyncio.Task[Answer]"
+    answer: "asyncio.Task[Answer] | None" = None
+    _sent: bool | None = None  # what `UpstreamClient.open` said so far (see its `sent`)
+    _listener: "Callable[[bool], None] | None" = None
+
+    def sent(self, on_connection: bool) -> None:
+        """`UpstreamClient.open`'s `sent`: kept until the attempt's record listens."""
+        self._sent = on_connection
+        if self._listener is not None:
+            self._listener(on_connection)
+
+    def tell(self, listener: "Callable[[bool], None]") -> None:
+        """The attempt taking this over hears what was said, and what is said from now on."""
+        self._listener = listener
+        if self._sent is not None:
+            listener(self._sent)
 
     def discard(self) -> None:
         """Nobody will read this answer (the flow never reached the relay): stop it."""
+        if self.answer is None:
+            return
         if not self.answer.done():
             self.answer.cancel()  # the connection it was on is closed, never reused
         elif not self.answer.cancelled() and self.answer.exception() is None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from .apis import APIS
 from .apis.errors import code_and_type_for_status
 from .apis.anthropic_messages import NAME as ANTHROPIC
+from .apis.google_gemini import NAME as GEMINI
 from .apis.openai_responses import NAME as RESPONSES
 from .rules.schema import FaultSpec
 
@@ -71,6 +72,10 @@ def error_frame(api: str, kind: str, status: int, message: str) -> bytes:
     if api == ANTHROPIC:
         if kind == "overload_message":
             return _sse("error", {"type": "error", "error": {"message": message}})
+        return APIS[api].error_event(message, *code_and_type_for_status(api, status))
+    if api == GEMINI:  # Gemini has one in-stream error, its error model's (`response_failed` is it too)
+        if kind == "overload_message":
+            status = 400  # the text alone says "overload"; Google's SDKs need some code beside it
         return APIS[api].error_event(message, *code_and_type_for_status(api, status))
     if api == RESPONSES:
         if kind == "overload_message":

@@ -18,6 +18,7 @@ from .apis.base import Classification, ErrorInfo, FrameKind, StreamClassifier
 from .apis.errors import CAPACITY_CODES, rewrite_capacity_codes
 from .sse import Frame, FrameSplitter, SseEvent
 
+_FRAME_ENDS = (b"\n\n", b"\r\n\r\n")  # the blank lines a read of whole frames ends with (Gemini's: CRLF)
 OVERSIZED_HEAD = 64 * 1024  # of a frame too big to hold: where its field lines (its `event:`) are looked for
 
 EOF_BEFORE_OUTPUT = ErrorInfo(
@@ -83,7 +84,7 @@ class Gate:
         go to the client as they came, unsplit: the hot path.  (The check on all
         of them at once can only say "look" more often than frame by frame, never less.)"""
         return (self.committed and not self._passthrough and not self._splitter.pending
-                and chunk.endswith(b"\n\n") and not self._classifier.worth_a_look(chunk))
+                and chunk.endswith(_FRAME_ENDS) and not self._classifier.worth_a_look(chunk))
 
     def _overflow(self, step: GateStep) -> None:
         """More than `staging_limit` held (an endless line, a giant frame): replay is

@@ -28,10 +28,13 @@ CREDENTIAL_HEADERS = frozenset(
 PARTIAL_SECRET_MIN = 4  # shorter tails ("Bea", "sk-") say nothing of a key
 
 
-def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable[Upstream]) -> tuple[str, ...]:
+def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable[Upstream],
+                  others: Iterable[str] = ()) -> tuple[str, ...]:
     """Credential values an exchange carries: the client's, and its upstreams' own
-    (their `auth` and any header filled in from the environment)."""
+    (their `auth` and any header filled in from the environment), and `others`
+    (credential query parameters: Gemini's `?key=`)."""
     values = [value for name, value in client_headers if name.lower() in CREDENTIAL_HEADERS]
+    values += others
     for upstream in upstreams:
         if upstream.auth is not None:
             values.append(upstream.auth[1])

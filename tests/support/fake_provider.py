@@ -6,6 +6,12 @@ scripts the replies each upstream gives, in order; an upstream with no
 script left answers with a normal stream for the API its path names.  Every
 request is recorded (upstream, port, method, path, headers, body) so tests
 can assert who was called, how often, and with which credentials.
+
+Requests a real provider answers outside its streaming APIs are answered in
+their own shape and never take a scripted reply: `HEAD` (Claude Code's
+preflight) gets headers without a body, `GET .../models` a model list,
+`POST .../count_tokens` a token count.  A script is for the answers a test
+means to fail; a client's side requests must not use it up.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import ssl
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -52,11 +59,77 @@ class Reply:
 NORMAL = Reply(status=200)  # scripted "answer normally", for mixing with failures
 
 
+def paced(pieces: list[bytes | float | str], pause_s: float) -> list[bytes | float | str]:
+    """The pieces with a pause before each frame after the first."""
+    out: list[bytes | float | str] = []
+    for index, piece in enumerate(pieces):
+        if index and isinstance(piece, bytes):
+            out.append(pause_s)
+        out.append(piece)
+    return out
+
+
 def _wants_stream(body: bytes) -> bool:
     try:
         return json.loads(body).get("stream") is True
     except (ValueError, AttributeError):
         return True  # not a JSON object: answer as most tests ask, streaming
+
+
+def side_reply(method: str, path: str, headers: Mapping[str, str]) -> "Reply | None":
+    """The answer to a request outside the streaming APIs, or None for an API request."""
+    if method == "HEAD":
+        return Reply(200, [], content_type="application/json")
+    if method == "GET" and path.endswith("/models"):
+        anthropic = "anthropic-version" in headers or "x-api-key" in headers
+        return Reply.json(200, wire.models_list(anthropic))
+    if method == "POST" and path.endswith("/count_tokens"):
+        return Reply.json(200, {"input_tokens": 12})
+    return None
+
+
+FAILURES = ("sse_503", "sse_429", "sse_529", "lifecycle_error", "response_failed", "overload_message", "http_503",
+            "http_429", "http_529", "reset", "lifecycle_reset", "stall", "lifecycle_stall")
+STALL_S = 3600.0
+
+
+def failing_reply(kind: str, api: str) -> Reply:
+    """A provider failure before any output, in the API's own shape.
+
+    `sse_*`: HTTP 200, then an error as the first frame; `lifecycle_*`: the lifecycle
+    frames first (role chunk, `response.created`, `message_start`), then an error, a
+    reset or silence; `response_failed`: `response.failed` (server_is_overloaded) on
+    the Responses API, the API's in-stream error elsewhere; `stall`: headers, then
+    silence.
+    """
+    lifecycle = wire.lifecycle_frames(api)
+    if kind.startswith("sse_"):
+        return Reply.sse(wire.stream_error(api, int(kind[4:]), "provider overloaded"))
+    if kind.startswith("http_"):
+        status = int(kind[5:])
+        return Reply.json(status, wire.error_body(api, status, "provider overloaded"))
+    if kind == "lifecycle_error":
+        return Reply.sse(*lifecycle, wire.stream_error(api, 503, "provider overloaded"))
+    if kind == "response_failed":
+        if api == "openai-responses":
+            return Reply.sse(*lifecycle, wire.responses_failed("server_is_overloaded", wire.OVERLOADED))
+        return Reply.sse(wire.stream_error(api, 503, wire.OVERLOADED))
+    if kind == "overload_message":
+        if api == "openai-chat":
+            return Reply.sse(wire.data({"error": {"message": wire.OVERLOADED}}))
+        if api == "anthropic-messages":
+            return Reply.sse(b"event: error\n" + wire.data({"type": "error", "error": {"message": wire.OVERLOADED}}))
+        return Reply.sse(wire.event("error", {"type": "error", "code": None, "message": wire.OVERLOADED, "param": None,
+                                              "sequence_number": 0}))
+    if kind == "reset":
+        return Reply.sse(RESET)
+    if kind == "lifecycle_reset":
+        return Reply.sse(*lifecycle, 0.05, RESET)
+    if kind == "stall":
+        return Reply.sse(STALL_S)
+    if kind == "lifecycle_stall":
+        return Reply.sse(*lifecycle, STALL_S)
+    raise ValueError(f"unknown failure {kind!r}; one of {', '.join(FAILURES)}")
 
 
 def _nonce(body: bytes) -> str | None:
@@ -76,6 +149,7 @@ class Call:
     path: str
     headers: dict[str, str]
     body: bytes
+    query: str = ""  # as sent (Gemini's `alt=sse` and `key` live there)
 
     def json(self) -> object:
         return json.loads(self.body)
@@ -93,6 +167,7 @@ class FakeProvider:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
+        self.pace_s = 0.0  # a pause between the frames of a normal streamed answer, like a model's
 
     # --- scripting (from the test thread) ---------------------------------------
 
@@ -125,13 +200,17 @@ class FakeProvider:
         upstream, _, rest = request.path.lstrip("/").partition("/")
         body = await request.read()
         port = request.transport.get_extra_info("sockname")[1] if request.transport else 0
+        side = side_reply(request.method, "/" + rest, request.headers)
         with self._lock:
-            self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body))
-            queue = self._scripts.get(upstream)
-            reply = queue.popleft() if queue else None
+            self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body,
+                                   request.query_string))
+            queue = self._scripts.get(upstream) if side is None else None
+            reply = side or (queue.popleft() if queue else None)
             self._in_flight += 1
         if reply is None or reply is NORMAL:
-            reply = wire.normal_reply("/" + rest, upstream, _nonce(body), stream=_wants_stream(body))
+            reply = wire.normal_reply("/" + rest, upstream, _nonce(body), stream=_wants_stream(body), request=body)
+            if self.pace_s and reply.content_type == "text/event-stream":
+                reply = Reply.sse(*paced(reply.pieces, self.pace_s))
         try:
             return await self._play(request, reply)
         except asyncio.CancelledError:
@@ -155,6 +234,12 @@ class FakeProvider:
         response.content_type = reply.content_type
         for name, value in reply.headers.items():
             response.headers[name] = value
+        if request.method == "HEAD":
+            response.content_length = 0  # a HEAD answer's head only: mitmproxy reads no body
+            await response.prepare(request)
+            await response.write_eof()
+            self.finished += 1
+            return response
         await response.prepare(request)
         for piece in reply.pieces:
             if isinstance(piece, float | int) and not isinstance(piece, bool):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from . import gemini_wire
+
 if TYPE_CHECKING:
     from .fake_provider import Reply
 
@@ -114,6 +116,65 @@ def anthropic_error(err_type: str, message: str) -> bytes:
     return b"event: error\n" + data({"type": "error", "error": {"type": err_type, "message": message}})
 
 
+# --- failures in each API's own shape, and the side requests --------------------------
+
+OVERLOADED = "Our servers are currently overloaded. Please try again later."
+
+
+def api_of(path: str) -> str:
+    """The API a request path names (Chat Completions when it names none)."""
+    if path.endswith("/responses"):
+        return "openai-responses"
+    if path.endswith("/messages"):
+        return "anthropic-messages"
+    return "openai-chat"
+
+
+def lifecycle_frames(api: str) -> list[bytes]:
+    """What a provider sends before the first output: the role chunk, `response.created`
+    and `in_progress`, `message_start` and a ping."""
+    if api == "openai-responses":
+        return responses_stream("x")[:2]
+    if api == "anthropic-messages":
+        return [anthropic_stream("x")[0], b'event: ping\ndata: {"type": "ping"}\n\n']
+    return [CHAT_ROLE]
+
+
+def responses_failed(code: str, message: str, rid: str = "resp_1", seq: int = 2) -> bytes:
+    response = {"id": rid, "object": "response", "created_at": 1761565462, "status": "failed", "model": "gpt-4o",
+                "error": {"code": code, "message": message}, "usage": None, "output": []}
+    return event("response.failed", {"type": "response.failed", "sequence_number": seq, "response": response})
+
+
+def stream_error(api: str, status: int, message: str) -> bytes:
+    """An in-stream error frame as that API's providers send one for `status`."""
+    if api == "anthropic-messages":
+        return anthropic_error("rate_limit_error" if status == 429 else "overloaded_error", message)
+    if api == "openai-responses":
+        code = "rate_limit_exceeded" if status == 429 else "server_is_overloaded"
+        return event("error", {"type": "error", "sequence_number": 2,
+                               "error": {"type": "server_error", "code": code, "message": message, "param": None}})
+    return chat_error(status, message)
+
+
+def error_body(api: str, status: int, message: str) -> dict:
+    """The JSON body of an HTTP error answer in that API's shape."""
+    if api == "anthropic-messages":
+        kind = "rate_limit_error" if status == 429 else "overloaded_error" if status in (503, 529) else "api_error"
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    code = "rate_limit_exceeded" if status == 429 else "server_is_overloaded" if status == 503 else "server_error"
+    return {"error": {"message": message, "type": "server_error" if status != 429 else "requests", "param": None, "code": code}}
+
+
+def models_list(anthropic: bool) -> dict:
+    """`GET /v1/models` in the shape of the API the client speaks."""
+    if anthropic:
+        model = {"type": "model", "id": "claude-sonnet-4-5", "display_name": "Claude Sonnet 4.5",
+                 "created_at": "2025-09-29T00:00:00Z"}
+        return {"data": [model], "has_more": False, "first_id": model["id"], "last_id": model["id"]}
+    return {"object": "list", "data": [{"id": "gpt-4o", "object": "model", "created": 1715367049, "owned_by": "system"}]}
+
+
 def answer_text(upstream: str, nonce: str | None = None) -> str:
     """The normal answer's text; with a nonce (the request's `metadata.nonce`) it
     also echoes the request, so concurrent clients can tell answers apart."""
@@ -144,8 +205,13 @@ def normal_body(path: str, upstream: str, nonce: str | None = None) -> dict:
     return chat_completion(text)
 
 
-def normal_reply(path: str, upstream: str, nonce: str | None = None, *, stream: bool = True) -> "Reply":
+def normal_reply(path: str, upstream: str, nonce: str | None = None, *, stream: bool = True,
+                 request: bytes = b"") -> "Reply":
     from .fake_provider import Reply
+
+    gemini = gemini_wire.normal_reply(path, answer_text(upstream, nonce), request)
+    if gemini is not None:  # a Gemini model call says in its path whether it streams
+        return gemini
 
     if not stream:
         return Reply.json(200, normal_body(path, upstream, nonce))

@@ -80,7 +80,7 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange) -> None:
         request.url = answered
         upstream = next((u for u in exchange.route.upstreams if record and u.name == record.upstream), None)
         if upstream is not None:
-            request.raw_content = build_request(original, upstream).body  # with its own model, if it has one
+            request.raw_content = build_request(original, upstream, exchange.route.api).body  # with its own model, if it has one
         request.headers["Content-Length"] = str(len(request.raw_content or b""))  # a replay sends it whole
         return
     request.url = answered
@@ -177,14 +177,22 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
     request.timestamp_start = request.timestamp_end = flow.request.timestamp_start
     attempt = http.HTTPFlow(flow.client_conn, connection.Server(address=(parts.hostname or "", port)))
     attempt.request = request
+    what = _what(record)
     if record.answer is not None:
         status, answer_headers, body = record.answer
-        attempt.response = http.Response.make(status, body, Headers([(k.encode(), v.encode()) for k, v in answer_headers]))
+        response = http.Response.make(status, body)
+        # the headers as the upstream sent them: make() would claim a Content-Length
+        # that a streamed answer never had
+        response.headers = Headers([(k.encode(), v.encode()) for k, v in answer_headers])
+        attempt.response = response
+        if 200 <= status < 300 and record.outcome != "continued":
+            # the failure came inside a 2xx answer: mitmweb would list a plain green
+            # 200; the error puts a warning on the row, with the failure as its title
+            attempt.error = mitmflow.Error(f"failed inside the {status} answer: {what or record.outcome}")
     else:
         attempt.error = mitmflow.Error(record.message or record.outcome)
     attempt.metadata[METADATA_KEY] = {"attempt_of": flow.id, "route": exchange.route.name, "api": exchange.route.api,
                                       **record.as_dict(), "url": url}
-    what = _what(record)
     if record.continuation:
         what = f"{record.continuation} continuation{': ' + what if what else ''}"
     attempt.comment = f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; request body omitted"

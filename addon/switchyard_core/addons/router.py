@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from mitmproxy import addonmanager, command, connection, ctx, hooks, http
@@ -24,6 +25,7 @@ from mitmproxy.http import Headers
 from .. import observe
 from ..exchange import Exchange, FlowAddress, OriginalRequest
 from ..observe import METADATA_KEY
+from ..apis.google_gemini import model_in_path
 from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Relay
 from ..relay.connection import reason_phrase
 from ..relay.mitmproxy_reader import relay_streams
@@ -147,7 +149,7 @@ class Router:
             return parsed[0]
 
         host, address = destination(flow)
-        route = rules.route_for(host, flow.request.path, lambda: _requested_model(body()))
+        route = rules.route_for(host, flow.request.path, lambda: _requested_model(flow.request.path, body))
         if route is None:
             return
         request = flow.request
@@ -329,6 +331,11 @@ def _json_of(flow: http.HTTPFlow) -> Any:
         return None
 
 
-def _requested_model(body: Any) -> str | None:
-    model = body.get("model") if isinstance(body, dict) else None
+def _requested_model(path: str, body: Callable[[], Any]) -> str | None:
+    """The model a request names: in its path for Gemini, else the JSON body's `model`."""
+    in_path = model_in_path(path)
+    if in_path is not None:
+        return in_path
+    found = body()
+    model = found.get("model") if isinstance(found, dict) else None
     return model if isinstance(model, str) else None

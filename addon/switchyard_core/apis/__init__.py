@@ -5,16 +5,19 @@ from __future__ import annotations
 from .anthropic_messages import AnthropicMessages
 from .base import Api, Classification, ErrorInfo, FrameKind, StreamClassifier
 from .errors import Decision, ErrorPolicy
+from .google_gemini import GoogleGemini, speaks_gemini
 from .openai_chat import OpenAIChat
 from .openai_responses import OpenAIResponses
 
 APIS: dict[str, Api] = {
-    api.name: api for api in (OpenAIChat(), OpenAIResponses(), AnthropicMessages())
+    api.name: api for api in (OpenAIChat(), OpenAIResponses(), AnthropicMessages(), GoogleGemini())
 }
 
 
 def api_for_path(path: str) -> str | None:
     """The API a request path speaks, by its last segments; None if unknown."""
+    if speaks_gemini(path):  # `…/models/{model}:streamGenerateContent`: the model is in the path
+        return "google-gemini"
     path = path.split("?", 1)[0].rstrip("/")
     if path.endswith("/chat/completions"):
         return "openai-chat"

@@ -18,7 +18,7 @@ import json
 from typing import Any, Mapping
 
 from ..sse import SseEvent
-from .base import carries_text, Classification, ErrorInfo, FrameKind, StreamState
+from .base import carries_text, Classification, ErrorInfo, FrameKind, StreamState, sse_comment
 from .errors import MESSAGE_LIMIT, error_info
 
 NAME = "anthropic-messages"
@@ -106,6 +106,7 @@ class MessagesStream(StreamState):
 
 class AnthropicMessages:
     name = NAME
+    comment = staticmethod(sse_comment)
 
     def stream_classifier(self, usage_expected: bool = False) -> MessagesStream:
         return MessagesStream()

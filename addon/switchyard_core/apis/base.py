@@ -37,6 +37,7 @@ class ErrorInfo:
     message: str = ""
     event_type: str | None = None  # the SSE event or frame type that carried it
     retryable_hint: bool = False  # the carrier itself says "transient" (finish_reason "error")
+    retry_after_s: float | None = None  # how long the body asks to wait (Gemini's RetryInfo), like Retry-After
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,3 +135,13 @@ class Api(Protocol):
     def error_body(self, message: str, code: str, error_type: str | None = None) -> bytes:
         """A JSON error body in this API's own shape."""
         ...
+
+    def comment(self, text: str) -> bytes:
+        """A frame this API's clients skip, saying `text` where they can: the pre-answer
+        keepalive, and the name of the winner when headers left before it was known."""
+        ...
+
+
+def sse_comment(text: str) -> bytes:
+    """An SSE comment: skipped by every client that follows the SSE spec."""
+    return b": " + text.encode() + b"\n\n"

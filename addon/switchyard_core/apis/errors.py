@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from . import google_rpc
 from .base import ErrorInfo
 
 
@@ -37,15 +38,22 @@ RETRYABLE_CODES: frozenset[str] = frozenset(
         "service_unavailable_error",
         "timeout_error",  # Anthropic's 504
         "insufficient_system_resource",  # DeepSeek: capacity, disguised as a finish reason
+        # Gemini's canonical statuses for overload, rate limits, server errors and timeouts
+        "UNAVAILABLE",
+        "RESOURCE_EXHAUSTED",
+        "INTERNAL",
+        "DEADLINE_EXCEEDED",
     }
 )
 
 NEXT_UPSTREAM_CODES: frozenset[str] = frozenset(
-    {"context_length_exceeded", "insufficient_quota", "model_context_window_exceeded"}
+    {"context_length_exceeded", "insufficient_quota", "model_context_window_exceeded", google_rpc.DAILY_QUOTA}
 )
 
-# Anthropic reports an over-long prompt as invalid_request_error with only this text.
-NEXT_UPSTREAM_TEXTS: tuple[str, ...] = ("prompt is too long", "exceeds the context window")
+# Anthropic reports an over-long prompt as invalid_request_error with only this text, Gemini
+# as INVALID_ARGUMENT "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+NEXT_UPSTREAM_TEXTS: tuple[str, ...] = ("prompt is too long", "exceeds the context window",
+                                        "exceeds the maximum number of tokens allowed")
 
 # Message-only capacity texts (reference §8), matched case-insensitively as
 # substrings, whatever the status or code beside them says.
@@ -118,16 +126,22 @@ def error_info(
     found_status = code_status or _as_status(source.get("status"))
     if status is None or 200 <= status < 300:
         status = found_status  # inside a 2xx answer, the body's own status counts
+    grpc = google_rpc.grpc_status(source.get("status"))  # Gemini's canonical name, its most telling code
+    code = code or grpc
     err_type = _as_text(source.get("type"))
     if err_type == "error":
         err_type = None
     message = _as_text(source.get("message")) or _as_text(obj.get("message")) or ""
+    details = source.get("details")  # Google's typed details (google_rpc.py)
+    if err_type is None and google_rpc.daily_quota(details):
+        err_type = google_rpc.DAILY_QUOTA
     return ErrorInfo(
         status=status,
         code=code,
         type=err_type,
         message=message[:MESSAGE_LIMIT],
         event_type=event_type,
+        retry_after_s=google_rpc.retry_delay_s(details, message) if grpc or details is not None else None,
     )
 
 
@@ -135,7 +149,10 @@ def http_error_info(status: int, body: bytes) -> ErrorInfo:
     """The facts of a non-2xx answer, whatever its body looks like."""
     info = None
     try:
-        info = error_info(json.loads(body), status=status)
+        decoded = json.loads(body)
+        if isinstance(decoded, list) and len(decoded) == 1:
+            decoded = decoded[0]  # Gemini's streamGenerateContent without alt=sse: an array, even for errors
+        info = error_info(decoded, status=status)
     except (ValueError, RecursionError):
         pass
     if info is not None:
@@ -226,4 +243,7 @@ def code_and_type_for_status(api: str, status: int) -> tuple[str, str]:
     if api == "anthropic-messages":
         error_type = _anthropic_type(status)
         return error_type, error_type
+    if api == "google-gemini":
+        name = google_rpc.status_for_http(status)
+        return name, name
     return _openai_code(status), "server_error" if status >= 500 else "invalid_request_error"

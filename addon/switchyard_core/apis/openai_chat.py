@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from ..sse import SseEvent
-from .base import Classification, ErrorInfo, FrameKind, StreamState
+from .base import Classification, ErrorInfo, FrameKind, StreamState, sse_comment
 from .errors import MESSAGE_LIMIT, error_info, openai_error_body
 
 NAME = "openai-chat"
@@ -169,6 +169,7 @@ class ChatStream(StreamState):
 
 class OpenAIChat:
     name = NAME
+    comment = staticmethod(sse_comment)
 
     def stream_classifier(self, usage_expected: bool = False) -> ChatStream:
         return ChatStream(usage_expected)

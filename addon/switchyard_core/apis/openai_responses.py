@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from ..sse import SseEvent
-from .base import carries_text, Classification, ErrorInfo, FrameKind, StreamState
+from .base import carries_text, Classification, ErrorInfo, FrameKind, StreamState, sse_comment
 from .errors import MESSAGE_LIMIT, error_info, openai_error_body
 
 NAME = "openai-responses"
@@ -228,6 +228,7 @@ def error_event_payload(message: str, code: str, error_type: str | None = None) 
 
 class OpenAIResponses:
     name = NAME
+    comment = staticmethod(sse_comment)
 
     def stream_classifier(self, usage_expected: bool = False) -> ResponsesStream:
         return ResponsesStream()

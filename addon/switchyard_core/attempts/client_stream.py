@@ -16,7 +16,7 @@ from ..apis import Api
 from ..upstreams.body import Body
 
 SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache")]
-KEEPALIVE_FRAME = b": switchyard keepalive\n\n"
+KEEPALIVE_NOTE = "switchyard keepalive"  # an SSE comment where the API's clients take one
 FRAME_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
 
 
@@ -91,7 +91,7 @@ class ClientStream:
 
     def announce(self, upstream: str) -> None:
         """Headers left before the winner was known: name it in a comment."""
-        self.write(f": switchyard upstream={upstream} attempts={self.attempts}\n\n".encode())
+        self.write(self.api.comment(f"switchyard upstream={upstream} attempts={self.attempts}"))
 
     def error_event(self, message: str, code: str, error_type: str | None = None) -> None:
         """An in-band error in the API's shape, after whatever was written."""
@@ -110,7 +110,7 @@ class ClientStream:
         if not self.sink.headers_sent:
             pending = [("x-switchyard-upstream", "pending"), ("x-switchyard-attempts", "pending")]
             self.sink.start(200, [*SSE_HEADERS, *pending])
-        self.write(KEEPALIVE_FRAME)
+        self.write(self.api.comment(KEEPALIVE_NOTE))
         self.keep_alive(interval_s)
 
     def stop_keepalive(self) -> None:

@@ -14,6 +14,7 @@ from .. import observe
 from ..apis import ErrorInfo
 from ..exchange import AttemptRecord, Exchange
 from ..redaction import redact, secret_values
+from ..upstreams.messages import credential_query_values
 
 
 class AttemptLog:
@@ -21,7 +22,9 @@ class AttemptLog:
         self.exchange = exchange
         self.route = exchange.route.name
         self.api = exchange.route.api
-        self._secrets = secret_values(exchange.request.headers, exchange.route.upstreams)
+        upstreams = exchange.route.upstreams
+        in_queries = credential_query_values(exchange.request.url, *(u.url for u in upstreams if u.url))
+        self._secrets = secret_values(exchange.request.headers, upstreams, in_queries)
         self._quiet_commit: tuple[AttemptRecord, str] | None = None
 
     def redact(self, text: str) -> str:
@@ -38,7 +41,7 @@ class AttemptLog:
             upstream=record.upstream,
             attempt=record.attempt,
             phase=record.phase,
-            status=info.status,
+            status=record.status,
             code=info.code,
             type=info.type,
             event=info.event_type,

@@ -117,11 +117,11 @@ class AttemptLoop:
         if early is not None and (self.exchange.attempts or upstream is not self.route.upstreams[0]):
             early.discard()
             early = None
-        request = early.request if early is not None else build_request(self.exchange.request, upstream)
+        request = early.request if early is not None else build_request(self.exchange.request, upstream, self.api.name)
         record = AttemptRecord(
             attempt=len(self.exchange.attempts) + 1,
             upstream=upstream.name,
-            url=display_url(self.exchange.request, upstream),
+            url=display_url(self.exchange.request, upstream, self.api.name),
             started=early.started if early is not None else time.monotonic(),
             request_headers=request.headers,
             secret_headers=secret_header_names(upstream),
@@ -140,8 +140,12 @@ class AttemptLoop:
             waiting_for = "complete answer"
         try:
             async with asyncio.timeout_at(_loop_time(record.started + open_s) if open_s else None):
-                answer: Answer = await (early.answer if early is not None
-                                        else self.http.open(request, connect_timeout_s=settings.connect_timeout_s))
+                if early is not None and early.answer is not None:
+                    early.tell(record.request_sent)
+                    answer: Answer = await early.answer
+                else:
+                    answer = await self.http.open(request, connect_timeout_s=settings.connect_timeout_s,
+                                                  sent=record.request_sent)
         except ConnectTimeout:
             info = ErrorInfo(status=504, message=f"no connection within {settings.connect_timeout_s:g}s",
                              event_type="timeout", retryable_hint=True)
@@ -183,13 +187,15 @@ class AttemptLoop:
             budget=attempt.upstream.retries,
             has_next=attempt.has_next,
             timed_out=timed_out,
-            retry_after=retry_after_s(headers),
+            retry_after=_first_set(retry_after_s(headers), info.retry_after_s),
             backoff_ms=self.settings.backoff_ms,
             max_backoff_ms=self.settings.max_backoff_ms,
         )
         failed = _Failed(info, plan, timed_out)
         record = attempt.record
-        record.status, record.code, record.message = info.status, info.code or info.type, self.log.redact(info.message)
+        # a transport failure's 502 is only what the client would get: no upstream sent it
+        record.status = None if info.event_type == "transport" else info.status
+        record.code, record.message = info.code or info.type, self.log.redact(info.message)
         record.event_type = info.event_type
         outcome = "fatal" if decision is Decision.FATAL else _OUTCOMES[plan.action]
         record.finish(outcome)
@@ -449,6 +455,11 @@ class AttemptLoop:
 
 
 _OUTCOMES = {"retry": "retry", "next": "next_upstream", "give_up": "give_up"}
+
+
+def _first_set(header: float | None, body: float | None) -> float | None:
+    """A Retry-After header wins over a delay the body asks for (Gemini's RetryInfo)."""
+    return header if header is not None else body
 
 
 def _loop_time(deadline: float | None) -> float | None:

@@ -24,6 +24,7 @@ import secrets
 import time
 
 from .. import observe
+from ..apis import APIS
 from ..attempts.loop import AttemptLoop
 from ..exchange import EarlyAttempt, Exchange, OriginalRequest
 from ..faults import FaultPlan
@@ -94,13 +95,12 @@ class Relay:
         leaves before it reaches the relay has it stopped (`forget`), as the relay
         stops an exchange whose client leaves."""
         try:
-            request = build_request(exchange.request, exchange.route.upstreams[0])
+            request = build_request(exchange.request, exchange.route.upstreams[0], APIS[exchange.route.api].name)
         except Exception:  # the attempt loop builds it again, and fails where it always did
             return
-        started = time.monotonic()
-        answer = asyncio.get_running_loop().create_task(self.client_via(exchange.upstream_proxy).open(
-            request, connect_timeout_s=exchange.route.settings.connect_timeout_s))
-        exchange.early = EarlyAttempt(request, started, answer)
+        early = exchange.early = EarlyAttempt(request, time.monotonic())
+        early.answer = asyncio.get_running_loop().create_task(self.client_via(exchange.upstream_proxy).open(
+            request, connect_timeout_s=exchange.route.settings.connect_timeout_s, sent=early.sent))
 
     def forget(self, token: str) -> None:
         exchange = self._pending.pop(token, None)

@@ -243,8 +243,8 @@ def load_rules(path: Path) -> Rules:
         seen_routes.add(spec.name)
         api = spec.api or (api_for_path(spec.match.path) if spec.match.path else None)
         if api is None:
-            problem(base + ("api",), "cannot infer the API from match.path; set api: openai-chat, openai-responses "
-                                     "or anthropic-messages")
+            problem(base + ("api",), "cannot infer the API from match.path; set api: openai-chat, openai-responses, "
+                                     "anthropic-messages or google-gemini")
         settings = defaults.overlay(spec)
         seen_upstreams: set[str] = set()
         upstreams: list[Upstream] = []

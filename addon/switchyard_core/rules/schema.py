@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
 
-ApiName = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+ApiName = Literal["openai-chat", "openai-responses", "anthropic-messages", "google-gemini"]
 Strategy = Literal["prefill", "regenerate"]
 FaultKind = Literal["sse_error", "http_error", "response_failed", "overload_message", "reset", "stall"]
 

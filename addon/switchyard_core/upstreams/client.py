@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
+from collections.abc import Callable
 from typing import cast
 from urllib.parse import SplitResult, urlsplit
 
@@ -66,8 +67,13 @@ class UpstreamClient:
             self._tls_context = context
         return self._tls_context
 
-    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float) -> UpstreamAnswer:
-        """Send the request; returns once the response headers arrived."""
+    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float,
+                   sent: Callable[[bool], None] | None = None) -> UpstreamAnswer:
+        """Send the request; returns once the response headers arrived.
+
+        `sent(True)` is called once the request is on a connection, `sent(False)` when
+        a stale pooled connection sends it to a new one: a failure after that point is
+        not a connect failure, and the log says which it was."""
         url = urlsplit(request.url)
         scheme = url.scheme.lower()
         host = url.hostname or ""
@@ -88,9 +94,14 @@ class UpstreamClient:
             if connection is None:
                 connection = await self._connect(key, connect_timeout_s)
             try:
-                return await connection.send(head, request.body, request.method)
+                answer = connection.send(head, request.body, request.method)
+                if sent is not None:
+                    sent(True)
+                return await answer
             except ConnectionBroke:
                 if connection.reused and not connection.received_any:
+                    if sent is not None:
+                        sent(False)
                     continue  # a pooled connection the upstream had just closed: it never saw the request
                 raise
             except BaseException:

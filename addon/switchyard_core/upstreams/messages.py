@@ -20,6 +20,8 @@ from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 
 from ..apis.base import ErrorInfo
+from ..apis.google_gemini import NAME as GEMINI
+from ..apis.google_gemini import upstream_path
 from ..exchange import OriginalRequest
 from ..redaction import CREDENTIAL_HEADERS
 from ..rules import Upstream
@@ -86,9 +88,14 @@ class UpstreamRequest:
     address: str | None = None
 
 
-def target_url(original_url: str, upstream_url: str | None) -> str:
+def target_url(original_url: str, upstream_url: str | None, model: str | None = None, api: str | None = None) -> str:
     """Where an upstream's attempt goes: its URL plus the original query if it has
-    none; the client's credential query parameters never cross origins."""
+    none; the client's credential query parameters never cross origins.  On a
+    Gemini route the model and method are in the path (`gemini_target_url`)."""
+    if api == GEMINI:
+        path = upstream_path(urlsplit(original_url).path, urlsplit(upstream_url).path if upstream_url else None, model)
+        if path is not None:
+            return gemini_target_url(original_url, upstream_url, path)
     if upstream_url is None:
         return original_url
     target = urlsplit(upstream_url)
@@ -101,6 +108,35 @@ def target_url(original_url: str, upstream_url: str | None) -> str:
         kept = "&".join(piece for piece in query.split("&") if _query_key(piece) not in _CREDENTIAL_QUERY)
         url = urlunsplit((target.scheme, target.netloc, target.path, kept, ""))
     return url
+
+
+def gemini_target_url(original_url: str, upstream_url: str | None, path: str) -> str:
+    """A Gemini call re-aimed: `path` (google_gemini.upstream_path), the upstream's own
+    query (its `key=${VAR}`), and the client's parameters it does not set itself:
+    `alt=sse`, which makes the answer a stream, must reach every upstream.  The
+    client's credential parameters (`key`) never cross origins."""
+    original = urlsplit(original_url)
+    if upstream_url is None:
+        return urlunsplit(original._replace(path=path))
+    target = urlsplit(upstream_url)
+    cross_origin = is_cross_origin(upstream_url, original_url)
+    own = [piece for piece in target.query.split("&") if piece]
+    named = {_query_key(piece) for piece in own}
+    theirs = [piece for piece in original.query.split("&")
+              if piece and _query_key(piece) not in named and not (cross_origin and _query_key(piece) in _CREDENTIAL_QUERY)]
+    return urlunsplit((target.scheme, target.netloc, path, "&".join(own + theirs), ""))
+
+
+def credential_query_values(*urls: str) -> list[str]:
+    """The values of credential query parameters (`?key=`) in `urls`: a provider's
+    error can echo them ("Consumer 'api_key:…' has been suspended")."""
+    values = []
+    for url in urls:
+        for piece in urlsplit(url).query.split("&"):
+            name, _, value = piece.partition("=")
+            if value and _query_key(name) in _CREDENTIAL_QUERY:
+                values.append(unquote_plus(value))
+    return values
 
 
 def redact_query(url: str) -> str:
@@ -121,12 +157,12 @@ def is_cross_origin(url: str, other: str) -> bool:
     return _origin(url) != _origin(other)
 
 
-def display_url(original: OriginalRequest, upstream: Upstream) -> str:
+def display_url(original: OriginalRequest, upstream: Upstream, api: str | None = None) -> str:
     """The attempt's URL as it may be shown: `${VAR}` values left unexpanded, except
     in the host and port, which must parse (mitmweb shows them as the destination)."""
-    shown = urlsplit(target_url(original.url, upstream.display_url))
+    shown = urlsplit(target_url(original.url, upstream.display_url, upstream.model, api))
     if "${" in shown.netloc:
-        real = urlsplit(target_url(original.url, upstream.url))
+        real = urlsplit(target_url(original.url, upstream.url, upstream.model, api))
         shown = shown._replace(netloc=real.netloc)
     return urlunsplit(shown)
 
@@ -137,9 +173,10 @@ def secret_header_names(upstream: Upstream | None) -> frozenset[str]:
     return CREDENTIAL_HEADERS | (upstream.secret_headers if upstream else frozenset())
 
 
-def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequest:
-    """The request one upstream receives: the client's, re-aimed and re-credentialed."""
-    url = target_url(original.url, upstream.url)
+def build_request(original: OriginalRequest, upstream: Upstream, api: str | None = None) -> UpstreamRequest:
+    """The request one upstream receives: the client's, re-aimed and re-credentialed
+    (`api`: the route's, which says where its model is)."""
+    url = target_url(original.url, upstream.url, upstream.model, api)
     cross_origin = is_cross_origin(url, original.url)
     replaced = {name.lower() for name, _ in upstream.headers}
     if upstream.auth is not None:
@@ -162,8 +199,8 @@ def build_request(original: OriginalRequest, upstream: Upstream) -> UpstreamRequ
     if upstream.auth is not None:
         headers.append(upstream.auth)
     body = original.body
-    if upstream.model is not None:
-        body = _with_model(body, upstream.model)
+    if upstream.model is not None and api != GEMINI:
+        body = _with_model(body, upstream.model)  # (Gemini's is in the path)
     return UpstreamRequest(original.method, url, tuple(headers), body,
                            original.address if upstream.url is None else None)
 

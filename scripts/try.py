@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Try Switchyard on your own client, against a fake provider that fails on purpose.
+
+Starts the fake provider (a primary that fails the way you choose, a backup that
+answers) and Switchyard in front of it in reverse mode, with a ready rules file
+that matches by path.  It prints the base URL to give your client, then the
+Switchyard log lines as they come, until Ctrl-C.  Any API key works.
+
+    scripts/try                            # every request to the primary: a first-frame 503
+    scripts/try --fail response_failed:1   # one response.failed, then the primary answers (a retry)
+    scripts/try --fail http_529:always --web
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from fake_provider import ALWAYS, ScriptedByApi, parse_failure  # noqa: E402
+from tests.support.fake_provider import FAILURES  # noqa: E402
+from tests.support.mitm import free_port, start_mitmdump  # noqa: E402
+
+RULES = """\
+# Written by scripts/try: the fake provider's primary (this listener's reverse target)
+# and its backup on another port. Routes match by path, so they work at any host.
+version: 1
+defaults: {{retries: 1, backoff_ms: 200, first_output_timeout_s: 5}}
+routes:
+  - name: try-chat
+    match: {{path: /primary/v1/chat/completions}}
+    upstreams:
+      - {{name: primary, url: original}}
+      - {{name: backup, url: "http://127.0.0.1:{backup}/backup/v1/chat/completions"}}
+  - name: try-responses
+    match: {{path: /primary/v1/responses}}
+    upstreams:
+      - {{name: primary, url: original}}
+      - {{name: backup, url: "http://127.0.0.1:{backup}/backup/v1/responses"}}
+  - name: try-messages
+    match: {{path: /primary/v1/messages}}
+    upstreams:
+      - {{name: primary, url: original}}
+      - {{name: backup, url: "http://127.0.0.1:{backup}/backup/v1/messages"}}
+"""
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="scripts/try", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fail", default="sse_503:always", metavar="KIND[:COUNT]",
+                        help=f"how the primary fails (default sse_503:always); KIND one of {', '.join(FAILURES)}")
+    parser.add_argument("--port", type=int, default=0, help="Switchyard's port (default: a free one)")
+    parser.add_argument("--pace-ms", type=float, default=0, help="pause between the frames of an answer")
+    parser.add_argument("--web", action="store_true", help="mitmweb instead of mitmdump, to click through the flows")
+    args = parser.parse_args()
+    try:
+        name, (kind, count) = parse_failure(f"primary={args.fail}")
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc).replace("--fail NAME=", "--fail "))
+    signal.signal(signal.SIGTERM, _interrupt)
+
+    provider = ScriptedByApi({name: (kind, count)})
+    provider.pace_s = args.pace_ms / 1000
+    provider.start()
+    workdir = Path(tempfile.mkdtemp(prefix="switchyard-try-"))
+    rules = workdir / "rules.yaml"
+    rules.write_text(RULES.format(backup=provider.ports[1]))
+    log = workdir / "mitmdump.log"
+    port = args.port or free_port()
+    web = ["--set", f"web_port={free_port()}", "--set", "web_open_browser=false"] if args.web else []
+    dump = start_mitmdump(rules, log, extra_args=["--mode", f"reverse:http://127.0.0.1:{provider.ports[0]}@{port}",
+                                                  *web], web=args.web)
+    dump.wait_for_log("listening at", count=3 if args.web else 2, timeout_s=30)  # the reverse listener too
+    base = f"http://127.0.0.1:{port}/primary"
+    times = "every streaming request" if count == ALWAYS else f"the first {count} streaming request(s)"
+    print(f"""\
+The fake provider's primary fails {times} with {kind}; its backup answers.
+Switchyard (reverse mode) is in front of it. Give your client this base URL (any API key works):
+
+  OpenAI-style clients (openai SDK, llm, Codex CLI's provider base_url):  {base}/v1
+  Anthropic-style clients (anthropic SDK, Claude Code's ANTHROPIC_BASE_URL): {base}
+
+  e.g.  OPENAI_BASE_URL={base}/v1 OPENAI_API_KEY=sk-test python my_agent.py
+        ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=sk-test claude -p "Say hello"
+
+Without Switchyard (to see what your client does on its own): {provider.url("primary", "")} (+ /v1 for OpenAI-style)
+Rules: {rules}
+Log:   {log}""")
+    if args.web:
+        print(f"mitmweb: {dump.web_url}")
+    print("""
+Watch the log below: switchyard.attempt_failed ... decision=retry (the primary again), then
+decision=next_upstream and switchyard.fallback_answered upstream=backup; your client gets the
+backup's answer ("Hello from backup, all good."). Ctrl-C to stop.
+""", flush=True)
+    shown = 0
+    try:
+        while dump.process.poll() is None:
+            lines = dump.log().splitlines()
+            for line in lines[shown:]:
+                if "switchyard." in line:
+                    print(line, flush=True)
+            shown = len(lines)
+            time.sleep(0.2)
+        print(f"mitmdump exited ({dump.process.returncode}); its log: {log}", file=sys.stderr)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        dump.stop()
+        provider.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Gemini's wire shapes (reference: provider-sse-shapes.md §4), for the fake provider.
+
+Frames are `data: <GenerateContentResponse>` ended by CRLF CRLF, JSON with a
+space after each colon and none after commas, as Gemini writes it.  A normal
+answer carries the upstream's name, so a test can tell whose answer a client
+got.  A `generateContent` request that asks for JSON (Gemini CLI's model
+router, which scores the prompt's complexity) gets JSON its schema accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .fake_provider import Reply
+
+MODEL_CALL = re.compile(r"/models/(?P<model>[^/:]+):(?P<method>streamGenerateContent|generateContent)$")
+MODEL_VERSION = "gemini-2.5-flash"
+
+# what Gemini CLI's routers ask for (numerical classifier: a complexity score; the
+# older classifier: a model choice); zod drops the keys its schema does not name
+ROUTER_ANSWER = {"complexity_reasoning": "A short, direct request.", "complexity_score": 10,
+                 "reasoning": "A short, direct request.", "model_choice": "flash"}
+
+
+def dumps(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ": "), ensure_ascii=False).encode()
+
+
+def frame(obj: object) -> bytes:
+    return b"data: " + dumps(obj) + b"\r\n\r\n"
+
+
+def words(text: str) -> list[str]:
+    pieces = text.split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(pieces)]
+
+
+def usage(candidates: int) -> dict[str, int]:
+    return {"promptTokenCount": 8, "candidatesTokenCount": candidates, "totalTokenCount": 8 + candidates}
+
+
+def chunk(text: str) -> bytes:
+    return frame({"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "index": 0}],
+                  "usageMetadata": usage(0), "modelVersion": MODEL_VERSION, "responseId": "fake-response-1"})
+
+
+def stream(text: str) -> list[bytes]:
+    """A normal stream: one frame per word, the last with `finishReason` and usage."""
+    pieces = words(text)
+    frames = [chunk(piece) for piece in pieces[:-1]]
+    frames.append(frame({"candidates": [{"content": {"parts": [{"text": pieces[-1]}], "role": "model"},
+                                         "finishReason": "STOP", "index": 0}],
+                         "usageMetadata": usage(len(pieces)), "modelVersion": MODEL_VERSION,
+                         "responseId": "fake-response-1"}))
+    return frames
+
+
+def response(text: str) -> dict[str, object]:
+    """A whole `generateContent` answer."""
+    return {"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP",
+                            "index": 0}],
+            "usageMetadata": usage(5), "modelVersion": MODEL_VERSION, "responseId": "fake-response-2"}
+
+
+def error(code: int, status: str, message: str) -> dict[str, object]:
+    return {"error": {"code": code, "message": message, "status": status}}
+
+
+def error_frame(code: int, status: str, message: str) -> bytes:
+    """An error inside a 200 stream, as python-genai checks every chunk for."""
+    return frame(error(code, status, message))
+
+
+def error_body(code: int, status: str, message: str, details: list[object] | None = None) -> bytes:
+    """A pre-stream HTTP error body: pretty-printed with two spaces, as Google sends it."""
+    body = error(code, status, message)
+    if details:
+        body["error"]["details"] = details  # type: ignore[index]
+    return json.dumps(body, indent=2).encode() + b"\n"
+
+
+def asks_for_json(request: bytes) -> bool:
+    try:
+        config = json.loads(request).get("generationConfig") or {}
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(config, dict) and (config.get("responseMimeType") == "application/json"
+                                         or "responseJsonSchema" in config or "responseSchema" in config)
+
+
+def normal_reply(path: str, text: str, request: bytes) -> "Reply | None":
+    """The normal answer to a Gemini model call, or None if `path` is none."""
+    from .fake_provider import Reply
+
+    found = MODEL_CALL.search(path)
+    if found is None:
+        return None
+    if found.group("method") == "streamGenerateContent":
+        return Reply.sse(*stream(text))
+    if asks_for_json(request):
+        return Reply.json(200, response(json.dumps(ROUTER_ANSWER)))
+    return Reply.json(200, response(text))
