@@ -55,6 +55,15 @@ Figures, per concurrency level:
          — what a client without Switchyard would have to do.  "added" is that
          time minus (the failing upstream's direct time-to-error + the backup's
          direct TTFT), both medians from the direct cells of the same run.
+  burst (`--burst 20 50`, `--bursts N` a cell): C happy requests started in one
+         loop pass, as an agent fanning out tool calls does; the next burst
+         once all C have ended (and 50 ms more).  TTFT median, p90 and p99 are
+         timed from the burst's start, so the last request's figure includes
+         the proxy's work on the C-1 before it; proxy CPU per stream as above.
+  The first table printed holds the figures to compare first, each against
+  plain mitmdump in the same run and round by round: first content in a burst
+  of 20 and of 50 (median, p90), at concurrency 1, and CPU per stream at each
+  `--concurrency` level (1, 20, 50).
   continue after cut (switchyard only): the `/cut/` answer breaks after three
          content frames; its route has `continue_after_cut: [prefill]` and a
          backup with `prefill: true`, which answers the continuation request
@@ -153,6 +162,7 @@ DONE = b"data: [DONE]\n\n"
 CUT_AFTER = 3  # content frames the /cut/ answer sends before its connection is reset
 HOLD_FIELD = "bench_hold_ms"  # in a request body: the staging-phase answer (see the module docstring)
 STAGING_TOKENS_MAX = 20
+BURST_PAUSE_S = 0.05  # between one burst's end and the next one's start: the proxy settles first
 STAGING_TARGET_MB = 300.0  # the target: switchyard's staging peak at most this much beyond plain mitmdump's
 STAGING_HOLD_MAX_S = 10.0  # below Switchyard's default pre_answer_keepalive_s (15 s)
 PROXY_ENV_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy")
@@ -868,7 +878,7 @@ class Bench:
     async def open(self) -> None:
         import aiohttp
 
-        limit = max(self.args.concurrency)
+        limit = max(self.args.concurrency + self.args.burst)
         timeout = aiohttp.ClientTimeout(total=self.stream_timeout, sock_connect=10, sock_read=30)
         for path in PATHS:
             connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
@@ -898,9 +908,10 @@ class Bench:
             return "no content"
         return None
 
-    async def happy(self, path: str) -> Sample:
+    async def happy(self, path: str, t0: float | None = None) -> Sample:
+        """One normal answer; `t0`, the moment its burst started (else now)."""
         _, proxy = self.proxies[path]
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if t0 is None else t0
         read = await read_stream(self.sessions[path], self.ok_url, proxy, t0)
         error = self._check(read, "ok")
         if error is None and path == "switchyard" and read.header_upstream != "primary":
@@ -954,21 +965,33 @@ class Bench:
 
     # --- one cell: n streams on one path at concurrency c ------------------------------
 
+    async def _guarded(self, run: Any) -> Sample:
+        try:
+            return await asyncio.wait_for(run, self.stream_timeout + 5)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a failed stream is a result, not a crash
+            return Sample(False, error=f"{type(exc).__name__}: {exc}"[:300])
+
+    async def bursts(self, path: str, concurrency: int, n: int, samples: list[Sample]) -> None:
+        """`n` happy streams in bursts of `concurrency` started in one loop pass, each
+        burst once the previous one has ended; every stream is timed from its burst's start."""
+        for first in range(0, n, concurrency):
+            t0 = time.perf_counter()
+            size = min(concurrency, n - first)
+            samples.extend(await asyncio.gather(*(self._guarded(self.happy(path, t0)) for _ in range(size))))
+            await asyncio.sleep(BURST_PAUSE_S)
+
     async def cell(self, path: str, kind: str, concurrency: int, n: int, round_no: int | None) -> dict[str, Any]:
         pid, _ = self.proxies[path]
-        run_one = {"happy": self.happy, "fallback": self.fallback, "continue": self.cont}[kind]
+        run_one = {"happy": self.happy, "burst": self.happy, "fallback": self.fallback, "continue": self.cont}[kind]
         queue = list(range(n))
         samples: list[Sample] = []
 
         async def worker() -> None:
             while queue:
                 queue.pop()
-                try:
-                    samples.append(await asyncio.wait_for(run_one(path), self.stream_timeout + 5))
-                except asyncio.CancelledError:
-                    raise
-                except BaseException as exc:  # noqa: BLE001 - a failed stream is a result, not a crash
-                    samples.append(Sample(False, error=f"{type(exc).__name__}: {exc}"[:300]))
+                samples.append(await self._guarded(run_one(path)))
 
         peak = 0
         stop_sampling = asyncio.Event()
@@ -990,7 +1013,10 @@ class Bench:
         cpu0, up0, self0 = cpu_seconds(pid), cpu_seconds(self.upstream_pid), time.process_time()
         sys0, wake0 = kernel_cpu_seconds(pid), wakeups(pid)
         w0 = time.perf_counter()
-        workers = [asyncio.create_task(worker()) for _ in range(min(concurrency, n))]
+        if kind == "burst":
+            workers = [asyncio.create_task(self.bursts(path, concurrency, n, samples))]
+        else:
+            workers = [asyncio.create_task(worker()) for _ in range(min(concurrency, n))]
         try:
             done, pending = await asyncio.wait(workers, timeout=bound)
             for task in pending:
@@ -1352,7 +1378,7 @@ def median(values: list[float]) -> float | None:
 def summarize(cells: list[dict[str, Any]], rss_peak_kb: dict[tuple[str, int], int], concurrency: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c in concurrency:
-        for kind in ("happy", "fallback", "continue"):
+        for kind in ("happy", "burst", "fallback", "continue"):
             for path in PATHS:
                 mine = [cell for cell in cells if cell["path"] == path and cell["kind"] == kind and cell["concurrency"] == c]
                 if not mine:
@@ -1372,7 +1398,8 @@ def summarize(cells: list[dict[str, Any]], rss_peak_kb: dict[tuple[str, int], in
                 for name in ("ttfb", "ttft", "ttlb", "tte", "backup_ttft", "cut_gap"):
                     values = col(name)
                     if values:
-                        entry[name] = {"median": median(values), "p99": percentile(values, 99), "n": len(values)}
+                        entry[name] = {"median": median(values), "p90": percentile(values, 90),
+                                       "p99": percentile(values, 99), "n": len(values)}
                 if mine[0]["proxy_cpu_s"] is not None:
                     entry["proxy_cpu_s_per_stream"] = sum(cell["proxy_cpu_s"] for cell in mine) / streams
                     entry["proxy_cpu_s_per_stream_by_round"] = [cell["proxy_cpu_s"] / cell["streams"] for cell in mine]
@@ -1437,6 +1464,14 @@ def report(summary: dict[str, Any], concurrency: list[int]) -> str:
         row(c, "proxy CPU busy (% of one core, over the cells)", {p: get("happy", c, p, "proxy_busy_pct") for p in PATHS}, 0)
         row(c, "proxy peak RSS (MB, sampled; RSS never shrinks, so this is the high-water mark so far)", {p: get("happy", c, p, "proxy_rss_peak_mb") for p in PATHS}, 1)
         row(c, "failed streams", {p: get("happy", c, p, "failed") for p in PATHS}, 0)
+        if f"burst/c{c}/plain" in summary:
+            for stat in ("median", "p90", "p99"):
+                row(c, f"burst of {c} started together: TTFT {stat} from the burst's start (ms)",
+                    {p: get("burst", c, p, "ttft", stat, scale=1000) for p in PATHS})
+            row(c, f"burst of {c}: TTLB median (ms)", {p: get("burst", c, p, "ttlb", "median", scale=1000) for p in PATHS})
+            row(c, f"burst of {c}: proxy CPU per stream (ms)",
+                {p: get("burst", c, p, "proxy_cpu_s_per_stream", scale=1000) for p in PATHS})
+            row(c, f"burst of {c}: failed streams", {p: get("burst", c, p, "failed") for p in PATHS}, 0)
         # fallback
         ref_tte = get("fallback", c, "direct", "tte", "median", scale=1000)
         ref_backup = get("fallback", c, "direct", "backup_ttft", "median", scale=1000)
@@ -1466,6 +1501,66 @@ def report(summary: dict[str, Any], concurrency: list[int]) -> str:
     return "\n".join(lines)
 
 
+def _by_round(cells: list[dict[str, Any]], kind: str, c: int, figure: Any) -> dict[str, list[float]]:
+    """figure(cells of one path in one round) per round, for plain and switchyard."""
+    out: dict[str, list[float]] = {}
+    for path in ("plain", "switchyard"):
+        rounds = sorted({cell["round"] for cell in cells if cell["kind"] == kind and cell["concurrency"] == c})
+        values = []
+        for r in rounds:
+            mine = [cell for cell in cells if cell["kind"] == kind and cell["concurrency"] == c
+                    and cell["path"] == path and cell["round"] == r]
+            value = figure(mine) if mine else None
+            if value is not None:
+                values.append(value)
+        out[path] = values
+    return out
+
+
+def _ttft_stat(q: float) -> Any:
+    def figure(cells: list[dict[str, Any]]) -> float | None:
+        return percentile([s["ttft"] for cell in cells for s in cell["samples"] if s["ok"] and s["ttft"] is not None], q)
+    return figure
+
+
+def _cpu_per_stream(cells: list[dict[str, Any]]) -> float | None:
+    streams = sum(cell["streams"] for cell in cells)
+    return sum(cell["proxy_cpu_s"] for cell in cells) / streams if streams else None
+
+
+def headline(summary: dict[str, Any], cells: list[dict[str, Any]], concurrency: list[int], bursts: list[int]) -> str:
+    """The figures a user compares first: first content under a burst and CPU per stream,
+    each against plain mitmdump in this run (with the ratio of every round)."""
+    lines = [
+        "| figure | plain mitmdump | switchyard | switchyard / plain | by round |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+
+    def add(label: str, kind: str, c: int, keys: tuple[str, ...], figure: Any) -> None:
+        values = []
+        for path in ("plain", "switchyard"):
+            node: Any = summary.get(f"{kind}/c{c}/{path}")
+            for key in keys:
+                node = node.get(key) if isinstance(node, dict) else None
+            values.append(None if node is None else node * 1000)
+        if values[0] is None and values[1] is None:
+            return
+        per_round = _by_round(cells, kind, c, figure)
+        rounds = ", ".join(_ratio(sw, pl) for sw, pl in zip(per_round["switchyard"], per_round["plain"]))
+        lines.append(f"| {label} | {_fmt(values[0])} ms | {_fmt(values[1])} ms | {_ratio(values[1], values[0])} "
+                     f"| {rounds} |")
+
+    for c in bursts:
+        for stat, q in (("median", 50), ("p90", 90)):
+            add(f"time to first content, {c} requests started together, {stat}", "burst", c, ("ttft", stat),
+                _ttft_stat(q))
+    if 1 in concurrency:
+        add("time to first content, concurrency 1, median", "happy", 1, ("ttft", "median"), _ttft_stat(50))
+    for c in concurrency:
+        add(f"proxy CPU per stream, concurrency {c}", "happy", c, ("proxy_cpu_s_per_stream",), _cpu_per_stream)
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------
@@ -1476,7 +1571,7 @@ async def run(args: argparse.Namespace, ports: list[int], proxies: dict[str, tup
     bench = Bench(args, ports, proxies, upstream_pid)
     await bench.open()
     try:
-        top = max(args.concurrency)
+        top = max(args.concurrency + args.burst)
         progress(f"warm-up: {top} concurrent streams per path, then fallbacks")
         for path in PATHS:
             warm = await bench.cell(path, "happy", top, top, None)
@@ -1511,6 +1606,21 @@ async def run(args: argparse.Namespace, ports: list[int], proxies: dict[str, tup
                             + (f"  proxy cpu/stream {cpu / n * 1000:7.2f} ms" if cpu is not None else "")
                             + (f"  FAILED {bad}" if bad else "")
                         )
+            for c in args.burst:
+                n = c * args.bursts
+                shift = round_no % len(PATHS)
+                for path in PATHS[shift:] + PATHS[:shift]:
+                    cell = await bench.cell(path, "burst", c, n, round_no)
+                    bad = sum(1 for s in cell["samples"] if not s["ok"])
+                    cpu = cell["proxy_cpu_s"]
+                    ttft = median([s["ttft"] for s in cell["samples"] if s["ok"] and s["ttft"] is not None])
+                    progress(
+                        f"round {round_no + 1}/{args.rounds} c={c:<3} burst    {path:<10} n={n:<4} "
+                        f"wall {cell['wall_s']:6.2f}s"
+                        + (f"  TTFT median {ttft * 1000:6.2f} ms" if ttft is not None else "")
+                        + (f"  proxy cpu/stream {cpu / n * 1000:7.2f} ms" if cpu is not None else "")
+                        + (f"  FAILED {bad}" if bad else "")
+                    )
         extra: dict[str, Any] = {"idle_rss_mb_after_warmup": idle_rss}
         if args.ws_turns:
             progress(f"websocket: {args.ws_turns} Responses turns per path and round over one WebSocket each")
@@ -1541,7 +1651,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "percent (default 4, with --quick 1)")
     parser.add_argument("--tokens", type=int, default=200, help="content frames per answer")
     parser.add_argument("--gap-ms", type=float, default=2.0, help="pause before each content frame, like a model between tokens")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50], help="concurrency levels (default: 1 50)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 20, 50], help="concurrency levels (default: 1 20 50)")
+    parser.add_argument("--burst", type=int, nargs="*", default=[20, 50], metavar="C",
+                        help="burst sizes: C happy requests started in one loop pass, timed from that moment, the "
+                             "next burst once all have ended (default: 20 50; none to skip)")
+    parser.add_argument("--bursts", type=int, default=6, help="bursts per path, size and round (default 6, with --quick 2)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--quick", action="store_true", help="a small smoke run (1 round, 50 tokens, few streams)")
     parser.add_argument("--json", type=Path, help="write the raw numbers here")
@@ -1570,6 +1684,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.streams = min(args.streams, 5)
         args.fallback_streams = min(args.fallback_streams, 3)
         args.waves = 1
+        args.bursts = min(args.bursts, 2)
     if args.ws_turns is None:
         args.ws_turns = 3 if args.quick else 20
     if args.ws_turns < 0:
@@ -1580,7 +1695,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--staging-streams must not be negative")
     if not 0 < args.staging_hold_s <= STAGING_HOLD_MAX_S:
         parser.error(f"--staging-hold-s must be above 0 and at most {STAGING_HOLD_MAX_S:g}")
-    if min(args.concurrency) < 1 or args.streams < 1 or args.fallback_streams < 1 or args.waves < 1 or args.rounds < 1 or args.tokens < 1:
+    if min(args.concurrency) < 1 or min(args.burst, default=1) < 1 or args.bursts < 1 or args.streams < 1 or args.fallback_streams < 1 or args.waves < 1 or args.rounds < 1 or args.tokens < 1:
         parser.error("--concurrency, --streams, --fallback-streams, --rounds and --tokens must be at least 1")
     if args.gap_ms < 0:
         parser.error("--gap-ms must not be negative")
@@ -1646,7 +1761,8 @@ def main(argv: list[str]) -> int:
             if child.process.poll() is not None:
                 raise RuntimeError(f"{child.name} mitmdump exited during the run:\n{child.log_path.read_text(errors='replace')[-3000:]}")
         wall = time.monotonic() - started
-        summary = summarize(bench.cells, bench.rss_peak_kb, args.concurrency)
+        levels = sorted(set(args.concurrency) | set(args.burst))
+        summary = summarize(bench.cells, bench.rss_peak_kb, levels)
         config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("serve", "max_lifetime")}
         print()
         print("## Switchyard benchmark")
@@ -1677,7 +1793,9 @@ def main(argv: list[str]) -> int:
             print("WARNING: other processes were busy on this machine; latency figures (p99, c>1) are disturbed. "
                   "Ratios are fairer than absolute values because the paths are interleaved.")
         print()
-        print(report(summary, args.concurrency))
+        print(headline(summary, bench.cells, args.concurrency, args.burst))
+        print()
+        print(report(summary, levels))
         print()
         if "websocket" in extra:
             print(websocket_report(extra["websocket"]))

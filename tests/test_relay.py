@@ -449,3 +449,46 @@ async def test_a_request_offering_an_upgrade_is_served_as_an_ordinary_one(relay:
     assert body == content("hi") + DONE
     sent = up.requests[0].split(b"\r\n\r\n")[0].lower()
     assert b"upgrade" not in sent and b"http2-settings" not in sent
+
+
+async def test_a_first_attempt_sent_from_the_hook_is_the_one_the_relay_serves(relay: Relay) -> None:
+    """The Router sends the first upstream its request before mitmproxy has passed the
+    flow to the relay; serving the exchange then reads that answer, asking nothing twice."""
+    async with Server(answering(chunked_head([("Content-Type", "text/event-stream")])
+                                + chunk(content("hi")) + chunk(DONE) + LAST_CHUNK)) as up:
+        exchange = register(relay, up)
+        relay.send_first(exchange)
+        async with asyncio.timeout(WAIT_S):
+            while not up.requests:  # the upstream has it before the relay connection does
+                await asyncio.sleep(0.01)
+        reader, writer = await ask(relay, exchange.token)
+        head, body = await read_answer(reader)
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200")
+    assert body == content("hi") + DONE
+    assert up.accepts == 1 and len(up.requests) == 1
+    assert [record.outcome for record in exchange.attempts] == ["committed"]
+
+
+async def test_a_flow_that_never_reaches_the_relay_lets_its_first_upstream_go(relay: Relay) -> None:
+    """A flow killed (or whose client left) after the hook sent its first request:
+    forgetting its token closes that upstream connection, and nothing is pooled."""
+    asked, let_go = asyncio.Event(), asyncio.Event()
+
+    async def upstream(peer: Peer) -> None:
+        await peer.read_request()
+        asked.set()
+        await peer.wait_closed_by_client()  # never answers; returns once the relay hangs up
+        let_go.set()
+
+    async with Server(upstream) as up:
+        exchange = register(relay, up)
+        relay.send_first(exchange)
+        async with asyncio.timeout(WAIT_S):
+            await asked.wait()
+        relay.forget(exchange.token)
+        async with asyncio.timeout(WAIT_S):
+            await let_go.wait()
+    assert exchange.early is None and relay.pending == 0
+    assert relay.http.idle_connections == 0
+    assert up.accepts == 1

@@ -21,6 +21,7 @@ from .rules import Route
 
 if TYPE_CHECKING:
     from .faults import FaultPlan
+    from .upstreams.messages import Answer, UpstreamRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +193,39 @@ class AnswerHead:
 
 
 @dataclass(slots=True)
+class EarlyAttempt:
+    """The first upstream's request, sent from the Router's hook before mitmproxy has
+    passed the flow to the relay: the attempt loop's first attempt takes it over."""
+
+    request: "UpstreamRequest"
+    started: float  # time.monotonic(), when it was sent
+    answer: "asyncio.Task[Answer] | None" = None
+    _sent: bool | None = None  # what `UpstreamClient.open` said so far (see its `sent`)
+    _listener: "Callable[[bool], None] | None" = None
+
+    def sent(self, on_connection: bool) -> None:
+        """`UpstreamClient.open`'s `sent`: kept until the attempt's record listens."""
+        self._sent = on_connection
+        if self._listener is not None:
+            self._listener(on_connection)
+
+    def tell(self, listener: "Callable[[bool], None]") -> None:
+        """The attempt taking this over hears what was said, and what is said from now on."""
+        self._listener = listener
+        if self._sent is not None:
+            listener(self._sent)
+
+    def discard(self) -> None:
+        """Nobody will read this answer (the flow never reached the relay): stop it."""
+        if self.answer is None:
+            return
+        if not self.answer.done():
+            self.answer.cancel()  # the connection it was on is closed, never reused
+        elif not self.answer.cancelled() and self.answer.exception() is None:
+            self.answer.result().close()
+
+
+@dataclass(slots=True)
 class Exchange:
     token: str
     route: Route
@@ -212,4 +246,5 @@ class Exchange:
     upstream_proxy: str | None = None  # the upstream-mode proxy the flow's listener sends through, if any
     websocket: bool = False  # a WebSocket handshake: the relay terminates it (relay/websocket/)
     story: dict[str, Any] | None = None  # a WebSocket's story, shown live in the flow's metadata
+    early: EarlyAttempt | None = None  # the first attempt, under way before the relay serves the exchange
 

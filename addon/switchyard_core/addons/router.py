@@ -37,6 +37,7 @@ from ..upstreams.messages import redact_query
 from ..upstreams.content_coding import MalformedBody, UnsupportedCoding, decode_within
 from .destination import destination, named_url
 from .flow_story import DisplayCopy, annotate, restore, show_attempts
+from .heap import freeze_startup_heap
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral, unusable as streaming_note_unusable
 
@@ -135,6 +136,9 @@ class Router:
             ctx.master.addons.add(self._last)
         self._start = asyncio.get_running_loop().create_task(self._ensure_relay())
         self._start.add_done_callback(_report_start_failure)
+        view = ctx.master.addons.get("view")  # mitmweb's and the console's flow list; mitmdump has none
+        if freeze_startup_heap(view.store_count() if view is not None else 0):
+            observe.emit(logging.DEBUG, "switchyard.startup_heap_frozen")
 
     def done(self) -> None:
         if self in _RUNNING:
@@ -253,6 +257,7 @@ class Router:
         if server.via is not None or server.transport_protocol != "tcp":
             flow.server_conn = connection.Server(address=("127.0.0.1", relay.port))
         self.counters["routed"] += 1
+        relay.send_first(exchange)
 
     async def responseheaders(self, flow: http.HTTPFlow) -> None:
         exchange = self._live.get(flow.id)

@@ -126,12 +126,16 @@ class AttemptLoop:
 
     async def _attempt(self, turn: Turn) -> _Failed | None:
         upstream = turn.upstream
-        request = build_request(self.exchange.request, upstream, self.api.name)
+        early, self.exchange.early = self.exchange.early, None  # the first attempt's, sent from the hook
+        if early is not None and (self.exchange.attempts or upstream is not self.route.upstreams[0]):
+            early.discard()
+            early = None
+        request = early.request if early is not None else build_request(self.exchange.request, upstream, self.api.name)
         record = AttemptRecord(
             attempt=len(self.exchange.attempts) + 1,
             upstream=upstream.name,
             url=display_url(self.exchange.request, upstream, self.api.name),
-            started=time.monotonic(),
+            started=early.started if early is not None else time.monotonic(),
             request_headers=request.headers,
             secret_headers=secret_header_names(upstream),
         )
@@ -140,9 +144,14 @@ class AttemptLoop:
         deadlines = Deadlines.of(self.settings, streams=self.exchange.request.wants_stream, started=record.started)
         attempt = _Try(turn, record, deadlines, env_secrets(upstream))
         try:
-            async with asyncio.timeout(deadlines.head):
-                answer: Answer = await self.http.open(request, connect_timeout_s=deadlines.connect,
-                                                      sent=record.request_sent)
+            head_by = record.started + deadlines.head if deadlines.head else None  # an early attempt began sooner
+            async with asyncio.timeout_at(_loop_time(head_by)):
+                if early is not None and early.answer is not None:
+                    early.tell(record.request_sent)
+                    answer: Answer = await early.answer
+                else:
+                    answer = await self.http.open(request, connect_timeout_s=deadlines.connect,
+                                                  sent=record.request_sent)
         except ConnectTimeout:
             return self._fail(attempt, deadlines.no_connection(), timed_out=True)
         except TimeoutError:

@@ -22,14 +22,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections import Counter
 
 from .. import observe
+from ..apis import APIS
 from ..attempts.loop import AttemptLoop
-from ..exchange import Exchange, OriginalRequest
+from ..exchange import EarlyAttempt, Exchange, OriginalRequest
 from ..faults import FaultPlan
 from ..rules import Route
 from ..upstreams.client import UpstreamClient
+from ..upstreams.messages import build_request
 from .connection import RelayAnswer, RelayConnection
 from .websocket_session import WebSocketSession
 
@@ -87,8 +90,26 @@ class Relay:
         self._pending[exchange.token] = exchange
         return exchange
 
+    def send_first(self, exchange: Exchange) -> None:
+        """Send the first upstream its request now, from the Router's hook: the upstream
+        starts on it while mitmproxy passes the flow to the relay (under a burst, after
+        every other flow's hooks of that loop pass), and the attempt loop's first
+        attempt takes it over.  The Router's hook is the last in mitmproxy's chain, so
+        nothing can still answer the flow instead; one that is killed or whose client
+        leaves before it reaches the relay has it stopped (`forget`), as the relay
+        stops an exchange whose client leaves."""
+        try:
+            request = build_request(exchange.request, exchange.route.upstreams[0], APIS[exchange.route.api].name)
+        except Exception:  # the attempt loop builds it again, and fails where it always did
+            return
+        early = exchange.early = EarlyAttempt(request, time.monotonic())
+        early.answer = asyncio.get_running_loop().create_task(self.client_via(exchange.upstream_proxy).open(
+            request, connect_timeout_s=exchange.route.settings.connect_timeout_s, sent=early.sent))
+
     def forget(self, token: str) -> None:
-        self._pending.pop(token, None)
+        exchange = self._pending.pop(token, None)
+        if exchange is not None:
+            _drop_early(exchange)
         self._stop_if_retired_and_idle()
 
     @property
@@ -124,7 +145,9 @@ class Relay:
         self._stop_if_retired_and_idle()
 
     def _drop_unused_tokens(self) -> None:
-        self._pending.clear()  # their flows were killed or answered elsewhere
+        for exchange in self._pending.values():  # their flows were killed or answered elsewhere
+            _drop_early(exchange)
+        self._pending.clear()
         self._stop_if_retired_and_idle()
 
     def _stop_if_retired_and_idle(self) -> None:
@@ -136,6 +159,8 @@ class Relay:
         when it reloads the script).  `graceful`: nothing is in flight, and what was
         written is still sent before each connection closes."""
         self._stopped = True
+        for exchange in self._pending.values():
+            _drop_early(exchange)
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
@@ -181,8 +206,15 @@ class Relay:
             observe.log.exception(observe.format_event("switchyard.internal_error", route=exchange.route.name))
             loop.end.internal_error(type(exc).__name__)
         finally:
+            _drop_early(exchange)  # the loop took it over, unless it never ran
             self.in_flight -= 1
             loop.log.finished()  # once the outcome is known (a client that left, a bug)
             if self._retiring:
                 asyncio.get_running_loop().call_soon(self._stop_if_retired_and_idle)  # after this answer's end
         sink.end()
+
+
+def _drop_early(exchange: Exchange) -> None:
+    if exchange.early is not None:
+        exchange.early.discard()
+        exchange.early = None
