@@ -1,0 +1,1 @@
+"""The benchmark behind scripts/bench.py, split by concern; bench.py is the entry point."""
