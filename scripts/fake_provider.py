@@ -25,7 +25,8 @@ Failure kinds:
   reset, lifecycle_reset the connection dropped (after the lifecycle frames)
   stall, lifecycle_stall silence after the headers (after the lifecycle frames)
 
---ws also serves the Responses API over WebSocket (ws://127.0.0.1:PORT/v1/responses);
+--ws also serves the Responses API over WebSocket, on a port of its own (its
+ws://127.0.0.1:WSPORT/v1/responses URL is printed after the HTTP ones);
 --ws-fail N makes its first N turns fail before output (an error, then response.failed).
 Runs until interrupted, or for --seconds.
 """

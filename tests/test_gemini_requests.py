@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from switchyard_core.apis.google_gemini import model_call, model_in_path, upstream_path
+from switchyard_core.apis import api_for_path
+from switchyard_core.apis.google_gemini import model_call, model_in_path, streams, upstream_path
 from switchyard_core.exchange import OriginalRequest
 from switchyard_core.rules import SHIPPED_RULES, Upstream, load_rules
 from switchyard_core.redaction import credential_query_values
@@ -111,3 +112,47 @@ def test_the_shipped_rules_route_geminis_calls() -> None:
     for path in ("/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", "/v1/models/gemini-2.5-flash:generateContent"):
         route = rules.route_for("generativelanguage.googleapis.com", path, lambda: None)
         assert route is not None and (route.name, route.api) == ("gemini", "google-gemini")
+
+
+def test_a_same_origin_upstream_with_its_own_key_gets_none_of_the_clients() -> None:
+    """Google answers a call carrying two credentials with 400 INVALID_ARGUMENT."""
+    original = OriginalRequest.of("POST", f"{GEMINI_URL}?alt=sse", (("x-goog-api-key", "AIza-client"),
+                                                                     ("Authorization", "Bearer client")), b"{}", {})
+    backup = Upstream(name="backup", url="https://generativelanguage.googleapis.com?key=AIza-backup", model=None,
+                      retries=0, auth=None, headers=())
+    asked = build_request(original, backup, "google-gemini")
+    assert asked.url == f"{GEMINI_URL}?key=AIza-backup&alt=sse"
+    assert [name for name, _ in asked.headers if name.lower() in ("x-goog-api-key", "authorization")] == []
+
+
+def test_a_same_origin_upstream_with_its_own_auth_header_gets_no_client_key_in_the_query() -> None:
+    original = OriginalRequest.of("POST", f"{GEMINI_URL}?alt=sse&key=AIza-client", (), b"{}", {})
+    backup = Upstream(name="backup", url="https://generativelanguage.googleapis.com", model=None,
+                      retries=0, auth=("x-goog-api-key", "AIza-backup"), headers=())
+    asked = build_request(original, backup, "google-gemini")
+    assert asked.url == f"{GEMINI_URL}?alt=sse"
+    assert [value for name, value in asked.headers if name.lower() == "x-goog-api-key"] == ["AIza-backup"]
+
+
+@pytest.mark.parametrize(
+    ("original", "model", "expected"),
+    [
+        # a model written with its collection is not written twice
+        ("/v1beta/models/gemini-2.5-pro:generateContent", "models/gemini-2.5-flash",
+         "/v1beta/models/gemini-2.5-flash:generateContent"),
+        # a tuned model keeps its collection; a plain id goes under models/
+        ("/v1beta/tunedModels/t1:streamGenerateContent", None, "/v1beta/tunedModels/t1:streamGenerateContent"),
+        ("/v1beta/tunedModels/t1:streamGenerateContent", "gemini-2.5-flash",
+         "/v1beta/models/gemini-2.5-flash:streamGenerateContent"),
+        ("/v1beta/models/gemini-2.5-pro:generateContent", "tunedModels/t2", "/v1beta/tunedModels/t2:generateContent"),
+    ],
+)
+def test_an_upstreams_model_is_written_once_in_its_collection(original: str, model: str | None, expected: str) -> None:
+    assert upstream_path(original, None, model) == expected
+
+
+def test_tuned_model_calls_are_geminis() -> None:
+    url = "https://generativelanguage.googleapis.com/v1beta/tunedModels/t1:streamGenerateContent?alt=sse"
+    assert streams(url)
+    assert model_in_path("/v1beta/tunedModels/t1:streamGenerateContent") == "t1"
+    assert api_for_path("/v1beta/tunedModels/t1:streamGenerateContent") == "google-gemini"

@@ -38,9 +38,11 @@ _OUTPUT = Classification(FrameKind.OUTPUT, "chunk")
 _FINISH = Classification(FrameKind.TERMINAL, "finishReason")
 _UNKNOWN = Classification(FrameKind.OUTPUT, "unknown")
 
-# `…/models/{model}:{method}`, the last segment of every Gemini (and Vertex) model call;
-# `…/models/{model}` alone asks about the model
-_MODEL_CALL = re.compile(r"^(?P<prefix>.*/models/)(?P<model>[^/:]+)(?::(?P<method>[A-Za-z]+))?$")
+# `…/models/{model}:{method}` (or `…/tunedModels/{model}:…`), the last segment of every
+# Gemini (and Vertex) model call; `…/models/{model}` alone asks about the model
+_MODEL_CALL = re.compile(r"^(?P<base>.*/)(?P<collection>models|tunedModels)/(?P<model>[^/:]+)"
+                         r"(?::(?P<method>[A-Za-z]+))?$")
+_COLLECTIONS = ("models", "tunedModels")
 _METHODS = frozenset({"generateContent", "streamGenerateContent"})
 STREAM_METHOD = "streamGenerateContent"
 
@@ -71,9 +73,22 @@ _TYPES: dict[str, tuple[int, str]] = {
 class ModelCall:
     """A Gemini request path split where its model is."""
 
-    prefix: str  # up to and including `/models/`
+    base: str  # up to the collection, with its `/`
+    collection: str  # `models` or `tunedModels`
     model: str
     method: str | None  # generateContent, streamGenerateContent, countTokens, ...; None: the model itself
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.base}{self.collection}/"
+
+    def with_model(self, model: str) -> ModelCall:
+        """This call of another model: `models/x` and `tunedModels/x` say their
+        collection (written once, not twice); a plain id is a base model."""
+        collection, _, name = model.rpartition("/")
+        if collection not in _COLLECTIONS:
+            collection, name = "models", model
+        return ModelCall(self.base, collection, name, self.method)
 
     @property
     def path(self) -> str:
@@ -85,7 +100,7 @@ def model_call(path: str) -> ModelCall | None:
     found = _MODEL_CALL.match(path.split("?", 1)[0])
     if found is None:
         return None
-    return ModelCall(found.group("prefix"), found.group("model"), found.group("method"))
+    return ModelCall(found.group("base"), found.group("collection"), found.group("model"), found.group("method"))
 
 
 def model_in_path(path: str) -> str | None:
@@ -132,13 +147,13 @@ def upstream_path(original_path: str, upstream_url_path: str | None, model: str 
         if own is None:
             if call is None:
                 return base + original_path
-            target = ModelCall(base + call.prefix, call.model, call.method)
+            target = ModelCall(base + call.base, call.collection, call.model, call.method)
         else:
-            target = ModelCall(own.prefix, own.model, call.method) if call is not None else None
+            target = ModelCall(own.base, own.collection, own.model, call.method) if call is not None else None
     if target is None:
         return None
     if model is not None:
-        target = ModelCall(target.prefix, model, target.method)
+        target = target.with_model(model)
     return target.path
 
 

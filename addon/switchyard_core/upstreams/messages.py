@@ -86,7 +86,7 @@ class UpstreamRequest:
 
 
 def target_url(original_url: str, upstream_url: str | None, model: str | None = None, api: str | None = None,
-               forward_query: frozenset[str] = frozenset()) -> str:
+               forward_query: frozenset[str] = frozenset(), own_auth: bool = False) -> str:
     """Where an upstream's attempt goes: its URL plus the original query if it has
     none; the client's query parameters that look like credentials never cross
     origins, unless the upstream names them (`forward_query`, lowercased).  On a
@@ -94,7 +94,7 @@ def target_url(original_url: str, upstream_url: str | None, model: str | None = 
     if api == GEMINI:
         path = upstream_path(urlsplit(original_url).path, urlsplit(upstream_url).path if upstream_url else None, model)
         if path is not None:
-            return gemini_target_url(original_url, upstream_url, path, forward_query)
+            return gemini_target_url(original_url, upstream_url, path, forward_query, own_auth)
     if upstream_url is None:
         return original_url
     target = urlsplit(upstream_url)
@@ -111,22 +111,24 @@ def target_url(original_url: str, upstream_url: str | None, model: str | None = 
 
 
 def gemini_target_url(original_url: str, upstream_url: str | None, path: str,
-                      forward_query: frozenset[str] = frozenset()) -> str:
+                      forward_query: frozenset[str] = frozenset(), own_auth: bool = False) -> str:
     """A Gemini call re-aimed: `path` (google_gemini.upstream_path), the upstream's own
     query (its `key=${VAR}`), and the client's parameters it does not set itself:
     `alt=sse`, which makes the answer a stream, must reach every upstream.  The
     client's parameters that look like credentials (`key`) never cross origins,
-    unless the upstream names them (`forward_query`)."""
+    unless the upstream names them (`forward_query`), nor go to an upstream that brings
+    its own (`own_auth`, or a credential in its query): Google refuses a call that
+    carries two."""
     original = urlsplit(original_url)
     if upstream_url is None:
         return urlunsplit(original._replace(path=path))
     target = urlsplit(upstream_url)
-    cross_origin = is_cross_origin(upstream_url, original_url)
     own = [piece for piece in target.query.split("&") if piece]
     named = {_query_key(piece) for piece in own}
+    withhold = is_cross_origin(upstream_url, original_url) or own_auth or has_query_credential(upstream_url)
     theirs = [piece for piece in original.query.split("&")
               if piece and _query_key(piece) not in named
-              and not (cross_origin and looks_like_credential(_query_key(piece)) and _query_key(piece) not in forward_query)]
+              and not (withhold and looks_like_credential(_query_key(piece)) and _query_key(piece) not in forward_query)]
     return urlunsplit((target.scheme, target.netloc, path, "&".join(own + theirs), ""))
 
 
@@ -144,6 +146,12 @@ def redact_query(url: str) -> str:
     return urlunsplit(parts._replace(query="&".join(shown)))
 
 
+def has_query_credential(url: str | None) -> bool:
+    """Whether a URL carries a credential of its own in its query (`?key=${VAR}`)."""
+    return url is not None and any(looks_like_credential(_query_key(piece))
+                                   for piece in urlsplit(url).query.split("&") if piece)
+
+
 def is_cross_origin(url: str, other: str) -> bool:
     return _origin(url) != _origin(other)
 
@@ -151,9 +159,11 @@ def is_cross_origin(url: str, other: str) -> bool:
 def display_url(original: OriginalRequest, upstream: Upstream, api: str | None = None) -> str:
     """The attempt's URL as it may be shown: `${VAR}` values left unexpanded, except
     in the host and port, which must parse (mitmweb shows them as the destination)."""
-    shown = urlsplit(target_url(original.url, upstream.display_url, upstream.model, api, upstream.forward_query))
+    shown = urlsplit(target_url(original.url, upstream.display_url, upstream.model, api, upstream.forward_query,
+                                upstream.auth is not None))
     if "${" in shown.netloc:
-        real = urlsplit(target_url(original.url, upstream.url, upstream.model, api, upstream.forward_query))
+        real = urlsplit(target_url(original.url, upstream.url, upstream.model, api, upstream.forward_query,
+                                    upstream.auth is not None))
         shown = shown._replace(netloc=real.netloc)
     return urlunsplit(shown)
 
@@ -167,8 +177,12 @@ def secret_header_names(upstream: Upstream | None) -> frozenset[str]:
 def build_request(original: OriginalRequest, upstream: Upstream, api: str | None = None) -> UpstreamRequest:
     """The request one upstream receives: the client's, re-aimed and re-credentialed
     (`api`: the route's, which says where its model is)."""
-    url = target_url(original.url, upstream.url, upstream.model, api, upstream.forward_query)
-    cross_origin = is_cross_origin(url, original.url)
+    own_auth = upstream.auth is not None
+    url = target_url(original.url, upstream.url, upstream.model, api, upstream.forward_query, own_auth)
+    # a Gemini upstream with a credential of its own gets none of the client's, on any
+    # origin: Google refuses a call carrying two
+    withhold = is_cross_origin(url, original.url) or (
+        api == GEMINI and (own_auth or has_query_credential(upstream.url)))
     replaced = {name.lower() for name, _ in upstream.headers}
     if upstream.auth is not None:
         replaced.add(upstream.auth[0].lower())
@@ -180,7 +194,7 @@ def build_request(original: OriginalRequest, upstream: Upstream, api: str | None
         lowered = name.lower()
         if lowered in _HOP_BY_HOP or lowered in listed or lowered in replaced or lowered.startswith("x-switchyard-"):
             continue
-        if cross_origin and looks_like_credential(lowered) and lowered not in upstream.forward_headers:
+        if withhold and looks_like_credential(lowered) and lowered not in upstream.forward_headers:
             continue  # the client's credentials stay with their origin
         if lowered == "accept-encoding":
             # only what the relay can decode: it hands clients decoded bytes
