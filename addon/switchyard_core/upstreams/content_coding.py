@@ -101,17 +101,16 @@ def decode_within(data: bytes, content_encoding: str, limit: int) -> bytes | Non
     return b"".join(out) + tail
 
 
-class _Zlib:
-    """gzip or deflate.  HTTP's "deflate" is zlib-wrapped by the spec and raw in some
-    servers: both are taken, told apart by the zlib header once two bytes are in."""
+class _Fed:
+    """What every incremental decoder shares: the input fed and not decoded yet, and
+    whether anything was fed at all (an empty body is complete).  `read` turns the
+    library's own errors (`_errors`) into MalformedBody around each subclass's `_read`."""
 
-    __slots__ = ("_gzip", "_inner", "_input", "_full", "_fed")
+    __slots__ = ("_input", "_fed")
+    _errors: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, coding: str) -> None:
-        self._gzip = coding == "gzip"
-        self._inner = zlib.decompressobj(16 + zlib.MAX_WBITS) if self._gzip else None
+    def __init__(self) -> None:
         self._input = b""  # fed, not decoded yet
-        self._full = False  # the last read filled its limit: zlib may hold more output
         self._fed = False
 
     def feed(self, data: bytes) -> None:
@@ -122,8 +121,25 @@ class _Zlib:
     def read(self, limit: int) -> bytes:
         try:
             return self._read(limit)
-        except zlib.error as exc:
+        except self._errors as exc:
             raise MalformedBody(str(exc)) from None
+
+    def _read(self, limit: int) -> bytes:
+        raise NotImplementedError
+
+
+class _Zlib(_Fed):
+    """gzip or deflate.  HTTP's "deflate" is zlib-wrapped by the spec and raw in some
+    servers: both are taken, told apart by the zlib header once two bytes are in."""
+
+    __slots__ = ("_gzip", "_inner", "_full")
+    _errors = (zlib.error,)
+
+    def __init__(self, coding: str) -> None:
+        super().__init__()
+        self._gzip = coding == "gzip"
+        self._inner = zlib.decompressobj(16 + zlib.MAX_WBITS) if self._gzip else None
+        self._full = False  # the last read filled its limit: zlib may hold more output
 
     def _read(self, limit: int) -> bytes:
         if self._inner is None:
@@ -165,24 +181,18 @@ class _Zlib:
         return not self._fed or (self._inner is not None and self._inner.eof)
 
 
-class _Brotli:
+class _Brotli(_Fed):
     """brotli.  Its output limit is a soft one (a buffer that grows), and whether it
     holds more output it does not say: what came past a read's limit waits here, and
     after a read that gave anything, the next one asks again."""
 
-    __slots__ = ("_inner", "_input", "_output", "_more", "_fed")
+    __slots__ = ("_inner", "_output", "_more")
 
     def __init__(self) -> None:
+        super().__init__()
         self._inner = brotli.Decompressor()
-        self._input = b""
         self._output = b""  # decoded past the last read's limit
         self._more = False  # the last step gave output: it may hold more
-        self._fed = False
-
-    def feed(self, data: bytes) -> None:
-        if data:
-            self._fed = True
-            self._input = self._input + data if self._input else data
 
     def read(self, limit: int) -> bytes:
         out = self._output
@@ -212,26 +222,15 @@ class _Brotli:
         return not self._fed or self._inner.is_finished()
 
 
-class _Zstd:
+class _Zstd(_Fed):
     """zstd; a body may hold several frames, one after another."""
 
-    __slots__ = ("_inner", "_input", "_fed")
+    __slots__ = ("_inner",)
+    _errors = (zstd.ZstdError, EOFError)
 
     def __init__(self) -> None:
+        super().__init__()
         self._inner = zstd.ZstdDecompressor()
-        self._input = b""
-        self._fed = False
-
-    def feed(self, data: bytes) -> None:
-        if data:
-            self._fed = True
-            self._input = self._input + data if self._input else data
-
-    def read(self, limit: int) -> bytes:
-        try:
-            return self._read(limit)
-        except (zstd.ZstdError, EOFError) as exc:
-            raise MalformedBody(str(exc)) from None
 
     def _read(self, limit: int) -> bytes:
         data, self._input = self._input, b""
