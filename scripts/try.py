@@ -14,6 +14,7 @@ Switchyard log lines as they come, until Ctrl-C.  Any API key works.
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import tempfile
@@ -50,6 +51,11 @@ routes:
       - {{name: primary, url: original}}
       - {{name: backup, url: "http://127.0.0.1:{backup}/backup/v1/messages"}}
 """
+
+
+# a Switchyard event as mitmdump prints it: "[00:01:47.771] switchyard.attempt_failed ...";
+# not mitmproxy's own lines that merely name the addon ("Loading script .../switchyard.py")
+EVENT = re.compile(r"^\[[^\]]*\] switchyard\.")
 
 
 def _interrupt(*_: object) -> None:
@@ -108,9 +114,9 @@ backup's answer ("Hello from backup, all good."). Ctrl-C to stop.
     shown = 0
     try:
         while dump.process.poll() is None:
-            lines = dump.log().splitlines()
+            lines = dump.log().split("\n")[:-1]  # whole lines only: the last may be half-written
             for line in lines[shown:]:
-                if "switchyard." in line:
+                if EVENT.match(line):
                     print(line, flush=True)
             shown = len(lines)
             time.sleep(0.2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -118,6 +119,10 @@ def test_try_prints_the_base_url_for_your_client_and_the_log_as_it_comes(tmp_pat
             seen.append(line)
         log = "".join(seen)
         assert "switchyard.attempt_failed route=try-chat upstream=primary attempt=1" in log
+        # only Switchyard's own events: not mitmproxy's lines that name the addon's file
+        assert "Loading script" not in log
+        assert all(re.match(r"\[[\d:.]+\] switchyard\.[a-z_]+ ", line) for line in seen if line.strip()), log
+        assert [line for line in seen if line.strip()][0].split("] ", 1)[1].startswith("switchyard.rules_loaded path=")
         assert "switchyard.fallback_answered route=try-messages upstream=backup attempt=3" in log
     finally:
         process.terminate()
