@@ -11,7 +11,8 @@ makes the first two streaming-API requests to `/primary/...` (POST to
 chat/completions, responses or messages) answer HTTP 200 with a first-frame 503
 error in the API's own shape; COUNT `always` fails every one.  Other requests
 never use a failure up: HEAD gets headers without a body, GET .../models a model
-list, POST .../count_tokens a token count.
+list, POST .../count_tokens a token count, a GET of an API's path (a WebSocket
+upgrade too: these ports speak HTTP only, see --ws) a 405.
 
 Failure kinds:
   sse_503, sse_429, sse_529  HTTP 200, then an error as the first frame (Anthropic's
@@ -64,16 +65,15 @@ sys.path.insert(0, str(ROOT))
 from aiohttp import web  # noqa: E402
 
 from tests.support import wire  # noqa: E402
-from tests.support.fake_provider import FAILURES, FakeProvider, failing_reply  # noqa: E402
+from tests.support.fake_provider import FAILURES, STREAMING_PATHS, FakeProvider, failing_reply  # noqa: E402
 from tests.support.ws_provider import WsProvider, overload_turn  # noqa: E402
 
-API_PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 ALWAYS = -1
 
 
 def is_api_request(method: str, path: str) -> bool:
     """A request a scripted failure is for: a POST to a streaming API's path."""
-    return method == "POST" and any(path.endswith(api) for api in API_PATHS)
+    return method == "POST" and path.endswith(STREAMING_PATHS)
 
 
 class ScriptedByApi(FakeProvider):

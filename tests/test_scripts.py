@@ -129,6 +129,45 @@ def test_try_prints_the_base_url_for_your_client_and_the_log_as_it_comes(tmp_pat
         process.wait(20)
 
 
+def test_codex_over_websocket_at_trys_base_url_gets_the_backups_answer(tmp_path: Path) -> None:
+    """The README's Codex WebSocket recipe (`-c openai_base_url=...`) at `scripts/try`'s base
+    URL: the fake provider speaks no WebSocket, so Switchyard asks it over HTTP, retries and
+    falls back there, and Codex's one WebSocket turn gets the backup's answer (before, the
+    fake answered the upgrade with a stream: Codex reconnected five times, got 502s, and
+    fell back to HTTP by itself)."""
+    from tests.support.agents import agent_binary
+
+    codex = agent_binary("codex")
+    process = subprocess.Popen([str(ROOT / "scripts" / "try"), "--fail", "response_failed:always"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        printed: list[str] = []
+        while not any("Ctrl-C to stop" in line for line in printed):  # bounded by the reads' end below
+            line = process.stdout.readline()
+            assert line, "scripts/try ended early:\n" + "".join(printed)
+            printed.append(line)
+        text = "".join(printed)
+        base = "http://" + text.split("OpenAI-style clients", 1)[1].split("http://", 1)[1].split()[0]
+        log = Path(text.split("Log:", 1)[1].split()[0])
+        home = tmp_path / "codex-home"
+        home.mkdir()
+        env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and not k.startswith("OPENAI_")}
+        done = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "-c", f"openai_base_url={base}",
+                               "Say hello"], env={**env, "CODEX_HOME": str(home), "OPENAI_API_KEY": "sk-test"},
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert done.stdout.strip() == wire.answer_text("backup")
+        assert "Reconnecting" not in done.stderr and "Falling back" not in done.stderr, done.stderr[-3000:]
+        logged = log.read_text()
+        assert logged.count("switchyard.websocket_refused route=try-responses") == 2  # the primary, the backup
+        assert "status=405" in logged and "decision=fatal" not in logged
+        assert "switchyard.fallback_answered route=try-responses upstream=backup attempt=3 transport=websocket" in logged
+    finally:
+        process.terminate()
+        process.wait(20)
+
+
 # --- the fake provider from a plain shell ---------------------------------------------------
 
 
@@ -197,7 +236,9 @@ def test_side_requests_get_their_own_shapes_and_never_use_up_a_failure(provider_
                                         ).input_tokens == 12
     chat = openai.OpenAI(api_key="sk-test", base_url=f"{base}/v1", max_retries=0)
     assert [m.id for m in chat.models.list()] == ["gpt-4o"]
-    assert raw(f"{base}/v1/messages", "GET")[0] == 200  # not the method a failure is for
+    # not the method a failure is for: a GET there (a WebSocket upgrade too) is refused, as a provider does
+    status, headers, body = raw(f"{base}/v1/messages", "GET")
+    assert (status, headers.get("Allow"), json.loads(body)["error"]["type"]) == (405, "POST", "invalid_request_error")
     # the failure is still there for the request it is for, in Anthropic's shape
     status, _, body = raw(f"{base}/v1/messages", body=STREAM)
     assert status == 200 and body == wire.anthropic_error("overloaded_error", "provider overloaded")

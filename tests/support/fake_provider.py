@@ -10,7 +10,8 @@ can assert who was called, how often, and with which credentials.
 Requests a real provider answers outside its streaming APIs are answered in
 their own shape and never take a scripted reply: `HEAD` (Claude Code's
 preflight) gets headers without a body, `GET .../models` a model list,
-`POST .../count_tokens` a token count.  A script is for the answers a test
+`POST .../count_tokens` a token count, a `GET` of a streaming API's path (a
+WebSocket upgrade too) a 405.  A script is for the answers a test
 means to fail; a client's side requests must not use it up.
 """
 
@@ -76,6 +77,9 @@ def _wants_stream(body: bytes) -> bool:
         return True  # not a JSON object: answer as most tests ask, streaming
 
 
+STREAMING_PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+
+
 def side_reply(method: str, path: str, headers: Mapping[str, str]) -> "Reply | None":
     """The answer to a request outside the streaming APIs, or None for an API request."""
     if method == "HEAD":
@@ -85,6 +89,11 @@ def side_reply(method: str, path: str, headers: Mapping[str, str]) -> "Reply | N
         return Reply.json(200, wire.models_list(anthropic))
     if method == "POST" and path.endswith("/count_tokens"):
         return Reply.json(200, {"input_tokens": 12})
+    if method == "GET" and path.endswith(STREAMING_PATHS):
+        # what a provider answers a GET there, a WebSocket upgrade included (this one
+        # speaks no WebSocket: a client that asks for one must be able to tell, and
+        # Switchyard's `websocket: auto` then takes HTTP)
+        return Reply.json(405, wire.method_not_allowed(wire.api_of(path), method, path), headers={"Allow": "POST"})
     return None
 
 

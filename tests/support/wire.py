@@ -166,6 +166,14 @@ def error_body(api: str, status: int, message: str) -> dict:
     return {"error": {"message": message, "type": "server_error" if status != 429 else "requests", "param": None, "code": code}}
 
 
+def method_not_allowed(api: str, method: str, path: str) -> dict:
+    """The JSON body of a 405 for a method the API's path does not take, in its shape."""
+    message = f"Invalid method for URL ({method} {path})"
+    if api == "anthropic-messages":
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+
+
 def models_list(anthropic: bool) -> dict:
     """`GET /v1/models` in the shape of the API the client speaks."""
     if anthropic:
