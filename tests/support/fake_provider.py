@@ -159,6 +159,7 @@ class Call:
     headers: dict[str, str]
     body: bytes
     query: str = ""  # as sent (Gemini's `alt=sse` and `key` live there)
+    raw_path: str = ""  # the request target as sent, query included (`path` is decoded)
 
     def json(self) -> object:
         return json.loads(self.body)
@@ -212,7 +213,7 @@ class FakeProvider:
         side = side_reply(request.method, "/" + rest, request.headers)
         with self._lock:
             self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body,
-                                   request.query_string))
+                                   request.query_string, request.raw_path))
             queue = self._scripts.get(upstream) if side is None else None
             reply = side or (queue.popleft() if queue else None)
             self._in_flight += 1
