@@ -50,6 +50,11 @@ routes:
     upstreams:
       - {{name: primary, url: original}}
       - {{name: backup, url: "http://127.0.0.1:{backup}/backup/v1/messages"}}
+  - name: try-gemini
+    match: {{path: "/primary/v1*/models/*"}}
+    upstreams:
+      - {{name: primary, url: original}}
+      - {{name: backup, url: "http://127.0.0.1:{backup}/backup/v1beta/models/gemini-2.5-flash:streamGenerateContent"}}
 """
 
 
@@ -97,9 +102,11 @@ Switchyard (reverse mode) is in front of it. Give your client this base URL (any
 
   OpenAI-style clients (openai SDK, llm, Codex CLI's provider base_url):  {base}/v1
   Anthropic-style clients (anthropic SDK, Claude Code's ANTHROPIC_BASE_URL): {base}
+  Gemini clients (google-genai's base_url, Gemini CLI's GOOGLE_GEMINI_BASE_URL): {base}
 
   e.g.  OPENAI_BASE_URL={base}/v1 OPENAI_API_KEY=sk-test python my_agent.py
         ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=sk-test claude -p "Say hello"
+        GOOGLE_GEMINI_BASE_URL={base} GEMINI_API_KEY=test gemini -p "Say hello"
 
 Without Switchyard (to see what your client does on its own): {provider.url("primary", "")} (+ /v1 for OpenAI-style)
 Rules: {rules}

@@ -18,6 +18,8 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
+from google import genai
+from google.genai import types as genai_types
 
 from tests.support import wire
 
@@ -111,9 +113,14 @@ def test_try_prints_the_base_url_for_your_client_and_the_log_as_it_comes(tmp_pat
         with claude.messages.stream(model="claude-sonnet-4-5", max_tokens=50,
                                     messages=[{"role": "user", "content": "hi"}]) as answer:
             assert "".join(answer.text_stream) == wire.answer_text("backup")
+        gemini_base = text.split("Gemini clients", 1)[1].split("http://", 1)[1].split()[0]
+        assert gemini_base == anthropic_base
+        gemini = genai.Client(api_key="anything", http_options=genai_types.HttpOptions(base_url=f"http://{gemini_base}"))
+        streamed = gemini.models.generate_content_stream(model="gemini-2.5-pro", contents="hi")
+        assert "".join(chunk.text or "" for chunk in streamed) == wire.answer_text("backup")
         # what to watch: the log lines, printed as they come
         seen: list[str] = []
-        while sum("switchyard.fallback_answered" in line for line in seen) < 2:
+        while sum("switchyard.fallback_answered" in line for line in seen) < 3:
             line = process.stdout.readline()
             assert line, "scripts/try ended early:\n" + "".join(seen)
             seen.append(line)
@@ -124,6 +131,9 @@ def test_try_prints_the_base_url_for_your_client_and_the_log_as_it_comes(tmp_pat
         assert all(re.match(r"\[[\d:.]+\] switchyard\.[a-z_]+ ", line) for line in seen if line.strip()), log
         assert [line for line in seen if line.strip()][0].split("] ", 1)[1].startswith("switchyard.rules_loaded path=")
         assert "switchyard.fallback_answered route=try-messages upstream=backup attempt=3" in log
+        assert ("switchyard.attempt_failed route=try-gemini upstream=primary attempt=1 phase=staging status=503 "
+                "code=UNAVAILABLE") in log
+        assert "switchyard.fallback_answered route=try-gemini upstream=backup attempt=3" in log
     finally:
         process.terminate()
         process.wait(20)
@@ -246,7 +256,8 @@ def test_side_requests_get_their_own_shapes_and_never_use_up_a_failure(provider_
     assert body == b"".join(wire.anthropic_stream(wire.answer_text("primary")))
 
 
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages",
+                                  "/v1beta/models/gemini-2.5-flash:streamGenerateContent"])
 def test_lifecycle_then_error_for_every_api(provider_run, path: str) -> None:
     origin = provider_run("--fail", "primary=lifecycle_error:always")[0].split()[0]
     api = wire.api_of(path)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from . import wire
+from . import gemini_wire, wire
 
 RESET = "reset"  # abort the connection (TCP RST) at this point
 
@@ -106,7 +106,8 @@ def failing_reply(kind: str, api: str) -> Reply:
     """A provider failure before any output, in the API's own shape.
 
     `sse_*`: HTTP 200, then an error as the first frame; `lifecycle_*`: the lifecycle
-    frames first (role chunk, `response.created`, `message_start`), then an error, a
+    frames first (role chunk, `response.created`, `message_start`, Gemini's empty
+    text), then an error, a
     reset or silence; `response_failed`: `response.failed` (server_is_overloaded) on
     the Responses API, the API's in-stream error elsewhere; `stall`: headers, then
     silence.
@@ -115,7 +116,7 @@ def failing_reply(kind: str, api: str) -> Reply:
     if kind.startswith("sse_"):
         return Reply.sse(wire.stream_error(api, int(kind[4:]), "provider overloaded"))
     if kind.startswith("http_"):
-        status = int(kind[5:])
+        status = int(kind[5:]) if api != wire.GEMINI else gemini_wire.status_of(int(kind[5:]))[0]
         return Reply.json(status, wire.error_body(api, status, "provider overloaded"))
     if kind == "lifecycle_error":
         return Reply.sse(*lifecycle, wire.stream_error(api, 503, "provider overloaded"))
@@ -124,6 +125,8 @@ def failing_reply(kind: str, api: str) -> Reply:
             return Reply.sse(*lifecycle, wire.responses_failed("server_is_overloaded", wire.OVERLOADED))
         return Reply.sse(wire.stream_error(api, 503, wire.OVERLOADED))
     if kind == "overload_message":
+        if api == wire.GEMINI:  # Google's SDKs need a code beside the text
+            return Reply.sse(gemini_wire.error_frame(400, "INVALID_ARGUMENT", wire.OVERLOADED))
         if api == "openai-chat":
             return Reply.sse(wire.data({"error": {"message": wire.OVERLOADED}}))
         if api == "anthropic-messages":

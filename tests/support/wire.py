@@ -121,8 +121,13 @@ def anthropic_error(err_type: str, message: str) -> bytes:
 OVERLOADED = "Our servers are currently overloaded. Please try again later."
 
 
+GEMINI = "google-gemini"
+
+
 def api_of(path: str) -> str:
     """The API a request path names (Chat Completions when it names none)."""
+    if gemini_wire.MODEL_CALL.search(path.split("?", 1)[0]):
+        return GEMINI
     if path.endswith("/responses"):
         return "openai-responses"
     if path.endswith("/messages"):
@@ -137,6 +142,8 @@ def lifecycle_frames(api: str) -> list[bytes]:
         return responses_stream("x")[:2]
     if api == "anthropic-messages":
         return [anthropic_stream("x")[0], b'event: ping\ndata: {"type": "ping"}\n\n']
+    if api == GEMINI:
+        return [gemini_wire.chunk("")]  # an empty text: no answer yet
     return [CHAT_ROLE]
 
 
@@ -148,6 +155,8 @@ def responses_failed(code: str, message: str, rid: str = "resp_1", seq: int = 2)
 
 def stream_error(api: str, status: int, message: str) -> bytes:
     """An in-stream error frame as that API's providers send one for `status`."""
+    if api == GEMINI:
+        return gemini_wire.error_frame(*gemini_wire.status_of(status), message)
     if api == "anthropic-messages":
         return anthropic_error("rate_limit_error" if status == 429 else "overloaded_error", message)
     if api == "openai-responses":
@@ -159,6 +168,8 @@ def stream_error(api: str, status: int, message: str) -> bytes:
 
 def error_body(api: str, status: int, message: str) -> dict:
     """The JSON body of an HTTP error answer in that API's shape."""
+    if api == GEMINI:
+        return gemini_wire.error(*gemini_wire.status_of(status), message)
     if api == "anthropic-messages":
         kind = "rate_limit_error" if status == 429 else "overloaded_error" if status in (503, 529) else "api_error"
         return {"type": "error", "error": {"type": kind, "message": message}}
