@@ -106,7 +106,8 @@ Switchyard (reverse mode) is in front of it. Give your client this base URL (any
 
   e.g.  OPENAI_BASE_URL={base}/v1 OPENAI_API_KEY=sk-test python my_agent.py
         ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=sk-test claude -p "Say hello"
-        GOOGLE_GEMINI_BASE_URL={base} GEMINI_API_KEY=test gemini -p "Say hello"
+        GOOGLE_GEMINI_BASE_URL={base} GEMINI_API_KEY=test gemini --skip-trust -p "Say hello"
+          (Gemini CLI: with {{"security": {{"auth": {{"selectedType": "gemini-api-key"}}}}}} in ~/.gemini/settings.json)
 
 Without Switchyard (to see what your client does on its own): {provider.url("primary", "")} (+ /v1 for OpenAI-style)
 Rules: {rules}

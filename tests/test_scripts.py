@@ -178,6 +178,46 @@ def test_codex_over_websocket_at_trys_base_url_gets_the_backups_answer(tmp_path:
         process.wait(20)
 
 
+def test_the_agent_commands_trys_banner_prints_work_as_printed(tmp_path: Path) -> None:
+    """Claude Code and Gemini CLI run with exactly the variables and arguments the banner
+    gives (Gemini CLI with the settings it says), from a folder nobody trusted."""
+    import shlex
+
+    from tests.support.agents import agent_binary
+
+    agents = {"claude": agent_binary("claude"), "gemini": agent_binary("gemini")}
+    process = subprocess.Popen([str(ROOT / "scripts" / "try")], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        printed: list[str] = []
+        while not any("Ctrl-C to stop" in line for line in printed):  # bounded by the reads' end below
+            line = process.stdout.readline()
+            assert line, "scripts/try ended early:\n" + "".join(printed)
+            printed.append(line)
+        examples = [shlex.split(line.replace("e.g.", "")) for line in printed if "_BASE_URL=" in line]
+        commands = {next(word for word in words if word in agents): words for words in examples
+                    if any(word in agents for word in words)}
+        assert set(commands) == {"claude", "gemini"}, printed
+        home = tmp_path / "home"
+        (home / ".gemini").mkdir(parents=True)
+        for line in printed:  # the settings it says Gemini CLI needs
+            if "settings.json" in line:
+                (home / ".gemini" / "settings.json").write_text(line.split("with ", 1)[1].rsplit(" in ", 1)[0])
+        base_env = {"PATH": os.environ["PATH"], "HOME": str(home), "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                    "DISABLE_TELEMETRY": "1"}
+        for name, words in commands.items():
+            at = words.index(name)
+            env = dict(word.split("=", 1) for word in words[:at])
+            done = subprocess.run([str(agents[name]), *words[at + 1:]], env={**base_env, **env}, cwd=home,
+                                  capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+            assert done.returncode == 0, (name, done.stdout[-2000:], done.stderr[-2000:])
+            assert done.stdout.strip() == wire.answer_text("backup"), name
+    finally:
+        process.terminate()
+        process.wait(20)
+
+
 # --- the fake provider from a plain shell ---------------------------------------------------
 
 
