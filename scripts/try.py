@@ -120,20 +120,32 @@ decision=next_upstream and switchyard.fallback_answered upstream=backup; your cl
 backup's answer ("Hello from backup, all good."). Ctrl-C to stop.
 """, flush=True)
     shown = 0
+
+    def show_new_events() -> None:
+        nonlocal shown
+        lines = dump.log().split("\n")[:-1]  # whole lines only: the last may be half-written
+        for line in lines[shown:]:
+            if EVENT.match(line):
+                print(line, flush=True)
+        shown = len(lines)
+
+    failed = False
     try:
         while dump.process.poll() is None:
-            lines = dump.log().split("\n")[:-1]  # whole lines only: the last may be half-written
-            for line in lines[shown:]:
-                if EVENT.match(line):
-                    print(line, flush=True)
-            shown = len(lines)
+            show_new_events()
             time.sleep(0.2)
-        print(f"mitmdump exited ({dump.process.returncode}); its log: {log}", file=sys.stderr)
+        show_new_events()
+        # a terminal's Ctrl-C reaches mitmdump too, which may stop first: that is no failure
+        if dump.process.returncode != 0:
+            failed = True
+            print(f"mitmdump exited ({dump.process.returncode}); its log: {log}", file=sys.stderr)
     except KeyboardInterrupt:
         pass
     finally:
         dump.stop()
         provider.stop()
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

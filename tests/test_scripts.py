@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -137,6 +138,42 @@ def test_try_prints_the_base_url_for_your_client_and_the_log_as_it_comes(tmp_pat
     finally:
         process.terminate()
         process.wait(20)
+
+
+def test_ctrl_c_stops_try_quietly(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches the whole process group, mitmdump included: that is
+    the way out, not a failure to report ("mitmdump exited (0)")."""
+    process = subprocess.Popen([str(ROOT / "scripts" / "try")], cwd=tmp_path, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    printed: list[str] = []
+    while not any("switchyard.rules_loaded" in line for line in printed):  # bounded by the reads' end
+        line = process.stdout.readline()
+        assert line, "scripts/try ended early:\n" + "".join(printed)
+        printed.append(line)
+    os.killpg(process.pid, signal.SIGINT)
+    rest, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, rest
+    assert "exited" not in rest and "Traceback" not in rest, rest
+
+
+def test_try_says_so_and_fails_when_mitmdump_dies_under_it(tmp_path: Path) -> None:
+    process = subprocess.Popen([str(ROOT / "scripts" / "try")], cwd=tmp_path, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    printed: list[str] = []
+    while not any("switchyard.rules_loaded" in line for line in printed):  # bounded by the reads' end
+        line = process.stdout.readline()
+        assert line, "scripts/try ended early:\n" + "".join(printed)
+        printed.append(line)
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    mitmdump = [pid for pid in children if "mitm" in Path(f"/proc/{pid}/cmdline").read_text()]
+    assert len(mitmdump) == 1, children
+    os.kill(int(mitmdump[0]), signal.SIGKILL)
+    rest, _ = process.communicate(timeout=30)
+    assert process.returncode == 1, rest
+    log = "".join(printed).split("Log:", 1)[1].split()[0]
+    assert f"mitmdump exited (-9); its log: {log}" in rest
 
 
 def test_codex_over_websocket_at_trys_base_url_gets_the_backups_answer(tmp_path: Path) -> None:
