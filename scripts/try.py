@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from fake_provider import ALWAYS, ScriptedByApi, parse_failure  # noqa: E402
 from tests.support.fake_provider import FAILURES  # noqa: E402
-from tests.support.mitm import free_port, start_mitmdump  # noqa: E402
+from tests.support.mitm import Mitmdump, free_port, start_mitmdump  # noqa: E402
 
 RULES = """\
 # Written by scripts/try: the fake provider's primary (this listener's reverse target)
@@ -63,6 +63,16 @@ routes:
 EVENT = re.compile(r"^\[[^\]]*\] switchyard\.")
 
 
+def _listening(dump: Mitmdump, count: int) -> bool:
+    """Whether mitmdump came up with all its listeners (bounded); False as soon as it exits."""
+    deadline = time.monotonic() + 30
+    while dump.log().count("listening at") < count:
+        if dump.process.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
@@ -79,7 +89,7 @@ def main() -> None:
     try:
         name, (kind, count) = parse_failure(f"primary={args.fail}")
     except argparse.ArgumentTypeError as exc:
-        parser.error(str(exc).replace("--fail NAME=", "--fail "))
+        parser.error(str(exc).replace("--fail NAME=", "--fail ").replace("--fail primary=", "--fail "))
     signal.signal(signal.SIGTERM, _interrupt)
 
     provider = ScriptedByApi({name: (kind, count)})
@@ -92,8 +102,13 @@ def main() -> None:
     port = args.port or free_port()
     web = ["--set", f"web_port={free_port()}", "--set", "web_open_browser=false"] if args.web else []
     dump = start_mitmdump(rules, log, extra_args=["--mode", f"reverse:http://127.0.0.1:{provider.ports[0]}@{port}",
-                                                  *web], web=args.web)
-    dump.wait_for_log("listening at", count=3 if args.web else 2, timeout_s=30)  # the reverse listener too
+                                                  *web], web=args.web, wait=False)
+    if not _listening(dump, count=3 if args.web else 2):  # its proxy, the reverse listener, mitmweb's UI
+        dump.stop()
+        provider.stop()
+        said = [line for line in dump.log().splitlines() if not EVENT.match(line) and "Loading script" not in line
+                and "listening at" not in line]
+        sys.exit("scripts/try: mitmdump did not start:\n" + "\n".join(said[-10:]) + f"\n(its log: {log})")
     base = f"http://127.0.0.1:{port}/primary"
     times = "every streaming request" if count == ALWAYS else f"the first {count} streaming request(s)"
     print(f"""\

@@ -140,6 +140,22 @@ def test_try_prints_the_base_url_for_your_client_and_the_log_as_it_comes(tmp_pat
         process.wait(20)
 
 
+def test_try_names_what_went_wrong_without_a_traceback(tmp_path: Path) -> None:
+    done = subprocess.run([str(ROOT / "scripts" / "try"), "--fail", "sse_503:x"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert "scripts/try: error: --fail sse_503:x: COUNT is a number or 'always'" in done.stderr  # as typed
+    with socket.socket() as taken:  # its port is in use: mitmdump stops at once, and so does try
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        done = subprocess.run([str(ROOT / "scripts" / "try"), "--port", str(taken.getsockname()[1])], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.startswith("scripts/try: mitmdump did not start:\n"), done.stderr
+    assert "address already in use" in done.stderr and "Traceback" not in done.stderr
+    assert "(its log: " in done.stderr
+
+
 def test_ctrl_c_stops_try_quietly(tmp_path: Path) -> None:
     """A terminal's Ctrl-C reaches the whole process group, mitmdump included: that is
     the way out, not a failure to report ("mitmdump exited (0)")."""
