@@ -47,13 +47,17 @@ def chat_words(text: str) -> list[str]:
     return [w if i == 0 else " " + w for i, w in enumerate(words)]
 
 
-def chat_stream(text: str, cid: str = "chatcmpl-1") -> list[bytes]:
+def chat_stream(text: str, cid: str = "chatcmpl-1", *, usage: tuple[int, int] = (14, 8)) -> list[bytes]:
+    """Role frame, one content frame a word, finish frame, usage frame (`usage`: prompt
+    and completion tokens), [DONE]."""
+    prompt, completion = usage
     frames = [chat_chunk({"role": "assistant", "content": "", "refusal": None}, cid=cid)]
     frames += [chat_chunk({"content": w}, cid=cid) for w in chat_words(text)]
     frames.append(chat_chunk({}, "stop", cid=cid))
     frames.append(
         data({"id": cid, "object": "chat.completion.chunk", "created": 1727346168, "model": "gpt-4o-2024-08-06",
-              "choices": [], "usage": {"prompt_tokens": 14, "completion_tokens": 8, "total_tokens": 22}})
+              "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                       "total_tokens": prompt + completion}})
     )
     frames.append(CHAT_DONE)
     return frames
