@@ -12,7 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
+from benchmark.cells import Bench
 from benchmark.constants import PATHS, Proxies
 from benchmark.frames import STAGING_HOLD_MAX_S
 from benchmark.printout import footer, header, tables
@@ -95,6 +97,39 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _results(args: argparse.Namespace, argv: list[str], info: dict[str, Any], wall: float, bench: Bench,
+             extra: dict[str, Any], hwm: dict[str, float], profilers: list[Child]) -> int:
+    """Print the tables, write the profiles' summary and the raw numbers; 1 if any stream failed."""
+    levels = sorted(set(args.concurrency) | set(args.burst))
+    summary = summarize(bench.cells, bench.rss_peak_kb, levels)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("serve", "max_lifetime")}
+    lines = header(info, args, argv, ENTRY, wall, summary, bench.cells)
+    lines += tables(summary, bench.cells, args, extra)
+    lines += footer(summary, args, hwm, extra["idle_rss_mb_after_warmup"])
+    print("\n".join(lines))
+    if profilers:
+        assert args.profile is not None
+        parts = []
+        for name in ("plain", "switchyard"):
+            collapsed = args.profile / f"{name}.collapsed.txt"
+            if collapsed.exists():
+                parts.append(summarize_profile(collapsed))
+        (args.profile / "summary.txt").write_text("\n\n".join(parts) + "\n")
+        print(f"Profiles: {args.profile} (summary.txt; the figures above include py-spy's sampling cost)")
+    errors = {k: v["errors"] for k, v in summary.items() if v.get("errors")}
+    if errors:
+        print("Errors: " + json.dumps(errors, indent=1))
+    if args.json:
+        payload = {"machine": info, "config": config, "wall_s": wall, "summary": summary, "vmhwm_mb": hwm,
+                   **extra, "cells": bench.cells}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(payload, indent=1))
+        print(f"Raw numbers: {args.json}")
+    staging_failed = any(extra.get("staging", {}).get(p, {}).get("error_count") for p in ("plain", "switchyard"))
+    staging_failed = staging_failed or any(extra.get("websocket", {}).get(p, {}).get("errors") for p in PATHS)
+    return 1 if staging_failed or any(v["failed"] for v in summary.values()) else 0
+
+
 def main(argv: list[str], description: str = "") -> int:
     args = parse_args(argv, description)
     if args.serve:
@@ -147,35 +182,7 @@ def main(argv: list[str], description: str = "") -> int:
         for child in (plain, switchyard):
             if child.process.poll() is not None:
                 raise RuntimeError(f"{child.name} mitmdump exited during the run:\n{child.log_tail(LOG_TAIL_CHARS)}")
-        wall = time.monotonic() - started
-        levels = sorted(set(args.concurrency) | set(args.burst))
-        summary = summarize(bench.cells, bench.rss_peak_kb, levels)
-        config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("serve", "max_lifetime")}
-        lines = header(info, args, argv, ENTRY, wall, summary, bench.cells)
-        lines += tables(summary, bench.cells, args, extra)
-        lines += footer(summary, args, hwm, extra["idle_rss_mb_after_warmup"])
-        print("\n".join(lines))
-        if profilers:
-            assert args.profile is not None
-            parts = []
-            for name in ("plain", "switchyard"):
-                collapsed = args.profile / f"{name}.collapsed.txt"
-                if collapsed.exists():
-                    parts.append(summarize_profile(collapsed))
-            (args.profile / "summary.txt").write_text("\n\n".join(parts) + "\n")
-            print(f"Profiles: {args.profile} (summary.txt; the figures above include py-spy's sampling cost)")
-        errors = {k: v["errors"] for k, v in summary.items() if v.get("errors")}
-        if errors:
-            print("Errors: " + json.dumps(errors, indent=1))
-        if args.json:
-            payload = {"machine": info, "config": config, "wall_s": wall, "summary": summary, "vmhwm_mb": hwm,
-                       **extra, "cells": bench.cells}
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(payload, indent=1))
-            print(f"Raw numbers: {args.json}")
-        staging_failed = any(extra.get("staging", {}).get(p, {}).get("error_count") for p in ("plain", "switchyard"))
-        staging_failed = staging_failed or any(extra.get("websocket", {}).get(p, {}).get("errors") for p in PATHS)
-        return 1 if staging_failed or any(v["failed"] for v in summary.values()) else 0
+        return _results(args, argv, info, time.monotonic() - started, bench, extra, hwm, profilers)
     except KeyboardInterrupt:
         print("\ninterrupted; stopping processes", file=sys.stderr)
         return 130
