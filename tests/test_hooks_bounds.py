@@ -149,3 +149,30 @@ async def test_a_backups_own_key_echoed_back_is_redacted_in_its_attempt_flow(
         assert all(b"sk-bounds-KEY" not in (f.response.content if f.response else b"") for f in shown)
         assert shown[1].metadata["switchyard"]["message"] == "Rate limit for key [redacted]"
         router.done()
+
+
+async def test_a_backups_own_key_split_across_two_reads_of_what_it_sends_is_still_redacted(
+        tmp_path: Path, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last upstream's failure is forwarded as sent, and the rest of its stream read
+    by read: there its key arrives in two writes with a pause between (two reads for the
+    relay); a tail that only looks like the key's start ("sk-b…", then something else)
+    passes whole."""
+    key = "sk-bounds-KEY-0a1b2c3d"
+    monkeypatch.setenv("SWY_BOUNDS_KEY", key)
+    provider.script("primary", Reply.sse(wire.chat_error(503, "provider overloaded")))
+    failure = wire.chat_error(503, "provider overloaded")
+    echo = wire.data({"error": {"message": f"key {key} is over quota; sk-bounds-not-it"}})
+    cut = echo.index(b"sk-bounds-KEY") + 6
+    near = echo.index(b"sk-bounds-not-it") + 9
+    provider.script("backup", Reply.sse(failure, 0.2, echo[:cut], 0.2, echo[cut:near], 0.2, echo[near:], wire.CHAT_DONE))
+    path = rules(tmp_path, provider, '        auth: {header: Authorization, value: "Bearer ${SWY_BOUNDS_KEY}"}\n'
+                                     "        retries: 0\n")
+    keeper, view = RulesKeeper(), View()
+    router = Router(keeper)
+    with taddons.context(keeper, router, view) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(path))
+        flow = the_flow(provider)
+        view.add([flow])
+        body = await play(router, flow)
+        router.done()
+    assert body == failure + echo.replace(key.encode(), b"[redacted]") + wire.CHAT_DONE

@@ -166,7 +166,10 @@ class TurnLoop(AttemptLoop):
         return self.turn.upstreams
 
     async def run(self) -> None:
-        await self._run()  # no pre-answer keepalive: the client's WebSocket is open already
+        try:
+            await self._run()  # no pre-answer keepalive: the client's WebSocket is open already
+        finally:
+            self.client.release()
 
     async def _attempt(self, step: Step) -> _Failed | None:
         upstream = step.upstream
