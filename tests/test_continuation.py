@@ -476,3 +476,27 @@ def test_a_plain_answer_continued_by_one_that_reasons_gets_no_reasoning_item() -
     assert {e["output_index"] for e in got if "output_index" in e} == {0}
     assert [item["id"] for item in got[-1]["response"]["output"]] == ["msg_1"]
     assert got[-1]["response"]["output"][0]["content"][0]["text"] == TEXT
+
+
+@given(st.integers(min_value=1, max_value=len(TEXT.split(" ")) - 1), st.integers(0, 2), st.integers(0, 2),
+       st.booleans())
+def test_any_cut_after_reasoning_is_joined_into_one_stream(words: int, before: int, again: int, strict: bool) -> None:
+    """Wherever the text was cut, however many reasoning items the original and the
+    continuation had: the client's text is whole, its sequence numbers run without a
+    gap, every event of the message has its output_index, and the final output is
+    what it streamed."""
+    thoughts = [wire.Reasoning(f"rs_{i}", (f"thought {i}",), encrypted_content=f"enc_{i}") for i in range(before)]
+    sent = cut_in_text(reasoned(TEXT, *thoughts), words)
+    transcript = read_transcript("openai-responses", sent, CODEX_REQUEST)
+    rest = TEXT if strict else TEXT[len(transcript.text):]
+    theirs = [wire.Reasoning(f"rs_new_{i}", (f"other {i}",)) for i in range(again)]
+    out = played(transcript, Overlap(transcript.text if strict else "", strict=strict),
+                 reasoned(rest, *theirs, rid="resp_new", item_id="msg_new"))
+    got = client_events(sent, out)
+    assert "".join(e["delta"] for e in got if e["type"] == "response.output_text.delta") == TEXT
+    assert [e["sequence_number"] for e in got] == list(range(len(got)))
+    assert {e["output_index"] for e in got if e.get("item_id") == "msg_1"} == {before}
+    assert b"rs_new" not in out and b"msg_new" not in out
+    final = got[-1]["response"]
+    assert [item["id"] for item in final["output"]] == [*(t.id for t in thoughts), "msg_1"]
+    assert final["output"][-1]["content"][0]["text"] == TEXT
