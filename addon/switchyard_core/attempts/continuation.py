@@ -37,6 +37,7 @@ from ..continuation import (
 )
 from ..continuation.reframe import Reframer
 from ..exchange import AttemptRecord, Exchange
+from ..redaction import env_secrets
 from ..rules import Upstream
 from ..sse import FrameSplitter
 from ..upstreams.messages import (
@@ -154,6 +155,7 @@ class Continuation:
         overlap = Overlap(transcript.text if regenerate else wanted.echo, strict=regenerate)
         reframer = reframer_for(transcript, overlap)
         deadlines = Deadlines.of(self.settings, streams=True, started=record.started)
+        self.client.passing_from(env_secrets(upstream))
         try:
             async with asyncio.timeout(deadlines.headers):
                 answer = await self.http.open(request, connect_timeout_s=deadlines.connect)
