@@ -136,9 +136,10 @@ class Continuation:
     async def _try(self, strategy: str, upstream: Upstream, transcript: Transcript, cut_at: float) -> _Try:
         request = build_request(self.exchange.request, upstream)
         wanted = continuation_body(self.api.name, strategy, request.body, transcript.text,
-                                   prefill_body=upstream.prefill_body, prefill_message=upstream.prefill_message)
+                                   prefill_body=upstream.prefill_body, prefill_message=upstream.prefill_message,
+                                   reasoning=transcript.reasoning)
         if wanted is None:
-            return _Try.FAILED  # not for this API (the Responses API has no prefill)
+            return _Try.FAILED  # a request this strategy cannot be made from
         request = replace(request, body=wanted.body)
         record = AttemptRecord(
             attempt=len(self.exchange.attempts) + 1,
