@@ -495,3 +495,43 @@ def test_the_benchmark_runs_every_path_and_every_stream_arrives_whole(tmp_path: 
     assert "| time to first content, 4 requests started together, p90 |" in report
     assert "| 1 | continue after cut: cut to first continued content, median (ms) |" in report
     assert "switchyard's peak − before at most 300 MB beyond plain mitmdump's" in report
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its exit status left (a zombie nobody has reaped yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def test_a_killed_benchmark_leaves_no_upstream_or_mitmdump_behind() -> None:
+    """SIGKILL gives the benchmark no chance to stop its children; the kernel does (they die with it)."""
+    bench = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--staging-streams", "0",
+                              "--ws-turns", "0", "--max-lifetime", "120"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    pids: list[int] = []
+    try:
+        assert bench.stderr is not None
+        for _ in range(20):  # progress lines, bounded; the pids come in the first few
+            line = bench.stderr.readline().decode()
+            if "upstream pid" in line:
+                pids.append(int(line.split("upstream pid", 1)[1].split()[0]))
+            if "switchyard mitmdump pid" in line:
+                pids.append(int(line.split("plain mitmdump pid", 1)[1].split()[0]))
+                pids.append(int(line.split("switchyard mitmdump pid", 1)[1].split()[0]))
+                break
+        assert len(pids) == 3, f"the benchmark did not report its upstream and both mitmdumps: {pids}"
+        assert not any(_gone(pid) for pid in pids)
+        cmdline = Path(f"/proc/{pids[-1]}/cmdline").read_bytes().decode().split("\0")
+        rules = next(arg.split("=", 1)[1] for arg in cmdline if arg.startswith("switchyard_rules="))
+        workdir = Path(rules).parent  # the killed run cannot remove it itself
+    finally:
+        bench.kill()
+        bench.wait(10)
+    deadline = time.monotonic() + 30
+    while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shutil.rmtree(workdir, ignore_errors=True)
+    assert [pid for pid in pids if not _gone(pid)] == []

@@ -135,6 +135,7 @@ def machine() -> dict[str, Any]:
         httptools_version = httptools.__version__
     except Exception:
         httptools_version = "unknown"
+    affinity: int | None
     try:
         affinity = len(os.sched_getaffinity(0))
     except OSError:

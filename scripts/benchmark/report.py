@@ -160,6 +160,15 @@ def _diff(sw: float | None, plain: float | None, digits: int = 2) -> str:
     return f"{sw - plain:+.{digits}f}"
 
 
+def _less(value: float | None, *others: float | None) -> float | None:
+    """`value` minus the others; None when any of them is missing."""
+    for other in others:
+        if value is None or other is None:
+            return None
+        value -= other
+    return value
+
+
 def report(summary: dict[str, Any], concurrency: list[int]) -> str:
     lines = [
         "| c | figure | direct | plain mitmdump | switchyard | switchyard / plain | switchyard − plain |",
@@ -211,10 +220,9 @@ def report(summary: dict[str, Any], concurrency: list[int]) -> str:
         row(c, "fallback: failing upstream's time-to-error, median (ms)",
             {p: get("fallback", c, p, "tte", "median", scale=1000) for p in PATHS})
         row(c, "fallback: added beyond direct time-to-error + direct backup TTFT (ms)",
-            {p: None if fb[p] is None or ref is None else fb[p] - ref for p in PATHS})
+            {p: _less(fb[p], ref) for p in PATHS})
         row(c, "fallback: extra over the same path's happy TTFT, beyond direct time-to-error (ms)",
-            {p: None if fb[p] is None or ref_tte is None or get("happy", c, p, "ttft", "median") is None
-             else fb[p] - get("happy", c, p, "ttft", "median", scale=1000) - ref_tte for p in PATHS})
+            {p: _less(fb[p], get("happy", c, p, "ttft", "median", scale=1000), ref_tte) for p in PATHS})
         row(c, "fallback: proxy CPU per stream (ms)",
             {p: get("fallback", c, p, "proxy_cpu_s_per_stream", scale=1000) for p in PATHS})
         row(c, "fallback: failed streams", {p: get("fallback", c, p, "failed") for p in PATHS}, 0)
@@ -223,8 +231,7 @@ def report(summary: dict[str, Any], concurrency: list[int]) -> str:
         row(c, "continue after cut: cut to first continued content, p99 (ms)",
             {p: get("continue", c, p, "cut_gap", "p99", scale=1000) for p in PATHS}, diff=False)
         row(c, "continue after cut: added beyond direct backup TTFT (ms)",
-            {p: None if get("continue", c, p, "cut_gap", "median") is None or ref_backup is None
-             else get("continue", c, p, "cut_gap", "median", scale=1000) - ref_backup for p in PATHS}, diff=False)
+            {p: _less(get("continue", c, p, "cut_gap", "median", scale=1000), ref_backup) for p in PATHS}, diff=False)
         row(c, "continue after cut: failed streams", {p: get("continue", c, p, "failed") for p in PATHS}, 0, diff=False)
     return "\n".join(lines)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -13,6 +15,27 @@ ROOT = Path(__file__).resolve().parents[2]
 MITMDUMP = Path(os.environ.get("SWITCHYARD_MITMDUMP", ROOT / ".venv" / "bin" / "mitmdump"))
 MITMWEB = MITMDUMP.with_name("mitmweb")
 ADDON = ROOT / "addon" / "switchyard.py"
+PROXY_ENV_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY",
+                  "no_proxy")
+_PR_SET_PDEATHSIG = 1
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment plus `env`, without proxy variables: a child talks
+    to loopback only, and a proxy set in the caller's shell must not come between."""
+    full = {**os.environ, **(env or {})}
+    for name in PROXY_ENV_VARS:
+        full.pop(name, None)
+    return full
+
+
+def terminate_with_parent() -> None:
+    """A `preexec_fn`: the kernel sends the child SIGTERM when the thread that started it
+    ends, so a killed run leaves no process behind (Linux only; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 def free_port() -> int:
@@ -100,8 +123,13 @@ def start_mitmdump(
     web: bool = False,
     mode: str = "regular",
     bare: bool = False,
+    die_with_parent: bool = False,
+    start_timeout_s: float = 30.0,
 ) -> Mitmdump:
-    """Start mitmdump (mitmweb with `web`) with the addon; `bare`: plain mitmdump, no addon."""
+    """Start mitmdump (mitmweb with `web`) with the addon; `bare`: plain mitmdump, no addon.
+
+    `die_with_parent`: the kernel stops it when the calling thread ends (the benchmark's
+    runs; not for tests, whose fixtures may start it from a thread that ends first)."""
     proxy_port = free_port()
     modes = ["--mode", f"{mode}@{proxy_port}"]
     reverse_port = None
@@ -121,23 +149,22 @@ def start_mitmdump(
         f"confdir={log_path.parent / 'mitmproxy-conf'}",
         *(extra_args or []),
     ]
-    full_env = {**os.environ, **(env or {})}
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        full_env.pop(name, None)
-    handle = log_path.open("wb")
-    process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, env=full_env, cwd=log_path.parent)
+    with log_path.open("wb") as handle:
+        process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=child_env(env), cwd=log_path.parent,
+                                   preexec_fn=terminate_with_parent if die_with_parent else None)
     dump = Mitmdump(process, log_path, proxy_port, reverse_port)
     if wait:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + start_timeout_s
         while True:
             text = dump.log()
             ready = text.count("listening at") >= (2 if reverse_target else 1) + (1 if web else 0)
             if ready:
                 break
             if process.poll() is not None:
-                raise RuntimeError(f"mitmdump exited with {process.returncode}:\n{text}")
+                raise RuntimeError(f"mitmdump exited with {process.returncode} (cmd: {' '.join(args)}):\n{text}")
             if time.monotonic() > deadline:
                 dump.stop()
-                raise RuntimeError(f"mitmdump did not start:\n{text}")
+                raise RuntimeError(f"mitmdump did not start (cmd: {' '.join(args)}):\n{text}")
             time.sleep(0.05)
     return dump
