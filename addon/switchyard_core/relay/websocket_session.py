@@ -28,6 +28,7 @@ from .. import observe
 from ..apis.errors import rewrite_capacity_codes
 from ..apis.openai_responses import error_event_payload
 from ..attempts.carry import as_http_body, as_message, fold, is_warm_up, parse_create
+from ..attempts.faulty_messages import FaultStep, FaultyMessages
 from ..attempts.turn import TRANSPORT, Turn, TurnLoop, narrowed
 from ..exchange import Exchange, OriginalRequest
 from ..rules import Upstream
@@ -66,6 +67,7 @@ class WebSocketSession:
         self._link: UpstreamSocket | None = None
         self._link_upstream: str | None = None
         self._turn_inbox: asyncio.Queue[bytes | Closed] | None = None
+        self._fault: FaultyMessages | None = None  # the attempt's fault, until it fires (see receive)
         self._plain: Callable[[bytes], bool] | None = None  # see pass_plain_content
         self.last_passed = 0.0  # when the hot path last passed a message (the turn's idle bound counts it)
         self._http_only: set[str] = set()
@@ -196,7 +198,7 @@ class WebSocketSession:
 
     def _after_turn(self, turn: Turn, exchange: Exchange) -> None:
         self._rewrite = self.route.settings.rewrite_capacity_codes and (turn.output or not turn.resendable)
-        pending, self._turn_inbox, self._plain = self._turn_inbox, None, None
+        pending, self._turn_inbox, self._plain, self._fault = self._turn_inbox, None, None, None
         while pending is not None and not pending.empty():
             self._from_upstream(pending.get_nowait())  # what came after the turn's end, in order
         answered = exchange.answered_by
@@ -253,16 +255,21 @@ class WebSocketSession:
         link.listen(self._from_upstream_of(link))
         return link
 
-    def drop(self, link: UpstreamSocket) -> None:
-        """Close a socket whose messages must reach nobody from now on."""
+    def drop(self, link: UpstreamSocket, *, broken: bool = False) -> None:
+        """Close a socket whose messages must reach nobody from now on (`broken`: break it off)."""
         link.listen(None)
-        link.close(1000)
+        if broken:
+            link.abort()
+        else:
+            link.close(1000)
         if self._link is link:
             self._link, self._link_upstream = None, None
 
-    def receive(self) -> "asyncio.Queue[bytes | Closed]":
-        """An attempt's own inbox: what the socket sends from now on (earlier leftovers are not its)."""
+    def receive(self, fault: FaultyMessages | None = None) -> "asyncio.Queue[bytes | Closed]":
+        """An attempt's own inbox: what the socket sends from now on (earlier leftovers are
+        not its), through the attempt's fault if it has one."""
         self._plain = None
+        self._fault = fault
         self._turn_inbox = asyncio.Queue()
         return self._turn_inbox
 
@@ -275,9 +282,23 @@ class WebSocketSession:
 
     def _from_upstream_of(self, link: UpstreamSocket) -> Any:
         def receive(item: bytes | Closed) -> None:
-            if link is self._link:
+            if link is not self._link:
+                return
+            fault = self._fault
+            if fault is None:
                 self._from_upstream(item)
+            else:
+                self._faulted(link, fault.feed(item))
         return receive
+
+    def _faulted(self, link: UpstreamSocket, step: FaultStep) -> None:
+        """A real item through the attempt's fault: at the fault point the real socket
+        goes (its rest must reach nobody) and the fault's items take its place."""
+        if step.cut is not None:
+            self._fault = None
+            self.drop(link, broken=step.cut == "abort")
+        for item in step.items:
+            self._from_upstream(item)
 
     def pass_plain_content(self, worth_a_look: "Callable[[bytes], bool] | None") -> None:
         """After a turn's output: its plain answer content (what `worth_a_look` lets
