@@ -317,3 +317,31 @@ async def test_status_counts_faults_fired_on_websocket_turns(primary: WsProvider
         dump.stop()
     assert ("fault: route=ws-count upstream=primary kind=sse_error after_frames=1 rate=1 fired=1/1") in shown
     assert "websocket: connections=2, turns=2, retries_answered=0, fallbacks=1" in shown
+
+
+async def test_a_fault_removed_from_the_file_stops_firing_on_a_websocket_opened_before(
+        primary: WsProvider, tmp_path: Path) -> None:
+    """A WebSocket keeps the rules it opened with, but never a fault that left the file."""
+    route = ("version: 1\nroutes:\n  - name: ws\n    match: {path: /v1/responses}\n"
+             "    upstreams: [{name: primary, url: original}]\n")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(route + "faults:\n  - {route: ws, kind: sse_error, after_frames: 5}\n")
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log")
+    first, second = answer_turn("resp_1"), answer_turn("resp_2")
+    primary.script(first, second)
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(primary.proxied_url, proxy=dump.proxy_url) as ws:
+                await ws.send_str(create("one"))
+                got = [(await ws.receive(timeout=10)).data for _ in range(6)]
+                mark = dump.log_mark()
+                await asyncio.sleep(1.1)  # a different mtime second for coarse file systems
+                rules.write_text(route)
+                await asyncio.to_thread(dump.wait_for_log, "switchyard.rules_reloaded", mark)
+                await ws.send_str(create("two", previous_response_id="resp_1"))
+                got_second = await receive_turn(ws)
+                await assert_nothing_more(ws)
+    finally:
+        dump.stop()
+    assert got[:5] == first[:5] and json.loads(got[5])["type"] == "error"
+    assert got_second == second  # whole: the fault is out of the file

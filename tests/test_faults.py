@@ -66,6 +66,12 @@ def test_plan_honours_route_upstream_rate_and_count() -> None:
     assert plan.pick("r", "b").kind == "stall"  # type: ignore[union-attr]  # rolls 0.1
 
 
+def test_a_retired_plan_never_fires() -> None:
+    plan = FaultPlan((spec(kind="reset"),))
+    plan.retire()
+    assert plan.pick("r", "a") is None and plan.fired == [0]
+
+
 def test_sse_error_after_frames_truncates_the_real_stream() -> None:
     real = wire.chat_stream("one two three")
     answer, body, error = read(lambda: FaultyAnswer(Recorded([b"".join(real)]), spec(kind="sse_error", status=429, after_frames=2), "openai-chat"))

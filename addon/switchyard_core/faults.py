@@ -38,6 +38,12 @@ class FaultPlan:
         self.specs = specs
         self.fired = [0] * len(specs)
         self._rng = rng
+        self.retired = False
+
+    def retire(self) -> None:
+        """The rules were reloaded: these faults are out of the file and fire no more,
+        also for what still runs on the old rules (a WebSocket opened before)."""
+        self.retired = True
 
     def describe(self) -> list[str]:
         """One line per fault, with how often it has fired (for the log and `switchyard.status`)."""
@@ -52,6 +58,8 @@ class FaultPlan:
     def pick(self, route: str, upstream: str) -> FaultSpec | None:
         """The first matching fault wins; its rate is drawn per attempt, and its count
         restarts with each new set of rules (a new FaultPlan)."""
+        if self.retired:
+            return None
         for index, spec in enumerate(self.specs):
             if spec.route != route or (spec.upstream is not None and spec.upstream != upstream):
                 continue
