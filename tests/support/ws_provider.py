@@ -114,6 +114,7 @@ class WsProvider:
         self.post_headers: list[dict[str, str]] = []
         self.connections = 0
         self.ended = 0  # connections that have ended (either side closed)
+        self.sent = 0  # WebSocket messages sent (each waits while the peer is not reading)
         self._scripts: deque[list[str | float]] = deque()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -147,6 +148,7 @@ class WsProvider:
             self.post_headers.clear()
             self.connections = 0
             self.ended = 0
+            self.sent = 0
 
     def start(self) -> "WsProvider":
         self._thread.start()
@@ -223,6 +225,7 @@ class WsProvider:
                     await ws.ping(b"keepalive")
                 else:
                     await ws.send_str(item)
+                    self.sent += 1
         with self._lock:
             self.ended += 1
         return ws
