@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 _HANDSHAKE_ONLY = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                              "sec-websocket-protocol", "upgrade", "connection", "content-type", "content-length"})
 
+# turns and other messages waiting for the one in progress: past this many, the client's side
+# is not read until one is taken (Codex sends one turn at a time)
+QUEUED_LIMIT = 16
+
 
 def _header(headers: tuple[tuple[str, str], ...], name: str) -> str:
     return next((value for key, value in headers if key.lower() == name), "")
@@ -60,6 +64,7 @@ class WebSocketSession:
         self.counters = counters
         self.client = ClientSocket(self.route.name, self._from_client, self._client_closed, self._client_lost)
         self.client.paused = self._hold_upstream
+        self._held: set[str] = set()  # why the client's side is not read now (see _hold_client)
         self._inbox: asyncio.Queue[tuple[str, Any] | None] = asyncio.Queue()  # turns and messages, in order
         self._task: asyncio.Task[None] | None = None
         # the upstream side: the connection's upstream (index into the route's), its socket
@@ -98,6 +103,8 @@ class WebSocketSession:
                 item = await self._inbox.get()
                 if item is None:
                     break
+                if self._inbox.qsize() < QUEUED_LIMIT:
+                    self._hold_client("queued", False)
                 kind, value = item
                 if kind == "create":
                     await self._turn(*value)
@@ -125,6 +132,25 @@ class WebSocketSession:
             self._forward(message)  # now, also during a turn
         else:
             self._inbox.put_nowait(("other", message))
+        if self._inbox.qsize() >= QUEUED_LIMIT:
+            self._hold_client("queued", True)
+
+    def _hold_client(self, why: str, held: bool) -> None:
+        """The client's side is read only while nothing holds it: the upstream socket
+        is writing what it has (it is not reading), or turns and messages wait queued.
+        Each holds what the client can make Switchyard keep to a bound."""
+        was = bool(self._held)
+        if held:
+            self._held.add(why)
+        else:
+            self._held.discard(why)
+        transport = self.client.transport
+        if was == bool(self._held) or transport is None or transport.is_closing():
+            return
+        if self._held:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
 
     def _client_closed(self, code: int, reason: str) -> None:
         if self._link is not None:
@@ -253,17 +279,26 @@ class WebSocketSession:
                                  handshake_timeout_s=settings.headers_timeout_s or None)
         self._link, self._link_upstream = link, upstream.name
         link.listen(self._from_upstream_of(link))
+        link.paused = self._upstream_paused_of(link)
         return link
+
+    def _upstream_paused_of(self, link: UpstreamSocket) -> Callable[[bool], None]:
+        def paused(held: bool) -> None:
+            if link is self._link:
+                self._hold_client("upstream", held)
+        return paused
 
     def drop(self, link: UpstreamSocket, *, broken: bool = False) -> None:
         """Close a socket whose messages must reach nobody from now on (`broken`: break it off)."""
         link.listen(None)
+        link.paused = None
         if broken:
             link.abort()
         else:
             link.close(1000)
         if self._link is link:
             self._link, self._link_upstream = None, None
+            self._hold_client("upstream", False)
 
     def receive(self, fault: FaultyMessages | None = None) -> "asyncio.Queue[bytes | Closed]":
         """An attempt's own inbox: what the socket sends from now on (earlier leftovers are
@@ -328,6 +363,7 @@ class WebSocketSession:
     def closed_in_turn(self, closed: Closed) -> None:
         """The upstream closed: the client gets the close, after every message before it."""
         self._link, self._link_upstream = None, None
+        self._hold_client("upstream", False)
         self.client.close(closed.code, closed.reason)
         self._inbox.put_nowait(None)
 
