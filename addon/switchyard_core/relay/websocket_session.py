@@ -373,5 +373,5 @@ class WebSocketSession:
         self.client.send(message)
 
     def break_client(self, why: str) -> None:
-        self.client.break_off(why)
+        self.client.failed(why)
         self._inbox.put_nowait(None)
