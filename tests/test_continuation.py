@@ -160,9 +160,14 @@ def test_prefill_continues_an_assistant_message_the_client_prefilled_itself() ->
     assert json.loads(wanted.body)["messages"][-1] == {"role": "assistant", "content": '{"a": 1'}
 
 
-def test_the_responses_api_has_no_prefill_and_regenerate_is_the_request_as_it_was() -> None:
+def test_a_responses_prefill_ends_the_input_with_the_partial_text_and_regenerate_is_the_request_as_it_was() -> None:
     original = json.dumps(RESPONSES_REQUEST).encode()
-    assert continuation_body("openai-responses", "prefill", original, "Hello") is None
+    prefill = continuation_body("openai-responses", "prefill", original, "Hello")
+    assert prefill is not None and json.loads(prefill.body) == {**RESPONSES_REQUEST, "input": [
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello"}]}]}
+    assert continuation_body("openai-responses", "prefill", json.dumps({**RESPONSES_REQUEST, "input": 3}).encode(),
+                             "Hello") is None
     regenerated = continuation_body("openai-responses", "regenerate", original, "Hello")
     assert regenerated is not None and regenerated.body == original
 
@@ -312,3 +317,186 @@ def test_a_chat_continuation_with_a_second_choice_forwards_only_the_first() -> N
     out = played(transcript, Overlap("", strict=False), [first[0], *[x for pair in zip(first[1:-3], second)
                                                                     for x in pair], *first[-3:]])
     assert chat_text(sent) + chat_text(out) == TEXT
+
+
+# --- a Responses answer that reasoned before its text ---------------------------------
+
+EMPTY_THOUGHT = wire.Reasoning("rs_empty", encrypted_content="gAAAA-empty")
+THOUGHT = wire.Reasoning("rs_orig", ("**Greeting** the user warmly.",), encrypted_content="gAAAA-orig")
+CODEX_REQUEST = {"model": "gpt-5", "stream": True, "store": False, "include": ["reasoning.encrypted_content"],
+                 "instructions": "Be brief.",
+                 "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}
+
+
+def reasoned(text: str, *thoughts: wire.Reasoning, rid: str = "resp_orig", item_id: str = "msg_1") -> list[bytes]:
+    return wire.responses_stream(text, rid=rid, reasoning=thoughts, item_id=item_id)
+
+
+def cut_in_text(frames: list[bytes], words: int) -> bytes:
+    return b"".join(frames[:wire.first_text_frame(frames) + words])
+
+
+def test_a_responses_transcript_keeps_the_reasoning_items_the_client_got_whole() -> None:
+    sent = cut_in_text(reasoned(TEXT, EMPTY_THOUGHT, THOUGHT), 2)
+    transcript = read_transcript("openai-responses", sent, CODEX_REQUEST)
+    assert (transcript.text, transcript.item_id, transcript.output_index) == ("Hello from", "msg_1", 2)
+    assert transcript.reasoning == (EMPTY_THOUGHT.item(), THOUGHT.item())
+    assert transcript.reasoning[1]["summary"] == [{"type": "summary_text", "text": "**Greeting** the user warmly."}]
+
+
+def thought_open(frames: list[bytes]) -> bytes:
+    """Everything up to the reasoning item's `done`, which never came."""
+    return b"".join(frames[:next(i for i, f in enumerate(frames) if b'"response.output_item.done"' in f)])
+
+
+def thought_done(frames: list[bytes]) -> bytes:
+    """Everything up to the reasoning item's `done`, and that."""
+    return b"".join(frames[:next(i for i, f in enumerate(frames) if b'"response.output_item.done"' in f) + 1])
+
+
+@pytest.mark.parametrize("raw,reason", [
+    (thought_open(reasoned(TEXT, THOUGHT)), "inside a reasoning item"),  # in its summary's text
+    (thought_open(reasoned(TEXT, EMPTY_THOUGHT)), "inside a reasoning item"),  # added, never done
+    # a message that begins before the reasoning item ended
+    (thought_open(reasoned(TEXT, THOUGHT)) + reasoned(TEXT)[2], "response.output_item.added inside a reasoning item"),
+    (b"".join(reasoned(TEXT, THOUGHT)[:-4]) + wire.event(
+        "response.output_item.added", {"type": "response.output_item.added", "sequence_number": 40,
+                                       "output_index": 1, "item": {"id": "rs_2", "type": "reasoning", "summary": []}}),
+     "more than one output item"),  # reasoning after the text began
+    (thought_done(reasoned("", THOUGHT)), "no message item"),  # the reasoning is all the client has
+    (thought_done(reasoned("", THOUGHT)) + wire.event(
+        "response.output_item.added", {"type": "response.output_item.added", "sequence_number": 40, "output_index": 1,
+                                       "item": {"id": "fc_1", "type": "function_call", "arguments": ""}})
+     + wire.event("response.function_call_arguments.delta", {"type": "response.function_call_arguments.delta",
+                                                             "sequence_number": 41, "item_id": "fc_1", "delta": "{"}),
+     "function_call"),
+])
+def test_a_cut_in_or_around_reasoning_that_is_not_plain_text_after_it_is_not_continued(raw: bytes, reason: str) -> None:
+    with pytest.raises(NotContinuable) as caught:
+        read_transcript("openai-responses", raw, CODEX_REQUEST)
+    assert reason in caught.value.reason
+
+
+def test_a_responses_prefill_carries_the_finished_reasoning_then_the_partial_text() -> None:
+    sent = cut_in_text(reasoned(TEXT, EMPTY_THOUGHT, THOUGHT), 2)
+    transcript = read_transcript("openai-responses", sent, CODEX_REQUEST)
+    wanted = continuation_body("openai-responses", "prefill", json.dumps(CODEX_REQUEST).encode(), transcript.text,
+                               prefill_body={"reasoning": {"effort": "low"}}, prefill_message={"phase": "draft"},
+                               reasoning=transcript.reasoning)
+    assert wanted is not None and wanted.echo == ""
+    body = json.loads(wanted.body)
+    assert body["input"] == [
+        *CODEX_REQUEST["input"],
+        {"type": "reasoning", "id": "rs_empty", "summary": [], "encrypted_content": "gAAAA-empty"},
+        {"type": "reasoning", "id": "rs_orig", "summary": [{"type": "summary_text", "text": "**Greeting** the user warmly."}],
+         "encrypted_content": "gAAAA-orig"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello from"}],
+         "phase": "draft"},
+    ]
+    assert {k: v for k, v in body.items() if k != "input"} == {
+        **{k: v for k, v in CODEX_REQUEST.items() if k != "input"}, "reasoning": {"effort": "low"}}
+
+
+def test_reasoning_without_encrypted_content_is_carried_by_id_only_where_it_was_stored() -> None:
+    plain = wire.Reasoning("rs_stored", ("thinking",))
+    sent = cut_in_text(reasoned(TEXT, plain), 1)
+    request = {**RESPONSES_REQUEST, "model": "o4-mini"}
+    transcript = read_transcript("openai-responses", sent, request)
+    partial = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello"}]}
+    stored = continuation_body("openai-responses", "prefill", json.dumps(request).encode(), "Hello",
+                               reasoning=transcript.reasoning)
+    assert stored is not None and json.loads(stored.body)["input"] == [
+        {"role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_stored", "summary": [{"type": "summary_text", "text": "thinking"}]}, partial]
+    # store: false keeps nothing to find it by: the upstream reasons again instead
+    unstored = continuation_body("openai-responses", "prefill", json.dumps({**request, "store": False}).encode(),
+                                 "Hello", reasoning=transcript.reasoning)
+    assert unstored is not None and json.loads(unstored.body)["input"] == [{"role": "user", "content": "hi"}, partial]
+
+
+def test_a_responses_prefill_continues_an_assistant_message_the_client_prefilled_itself() -> None:
+    request = {**RESPONSES_REQUEST, "input": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "{"}]}
+    wanted = continuation_body("openai-responses", "prefill", json.dumps(request).encode(), '"a": 1')
+    assert wanted is not None
+    assert json.loads(wanted.body)["input"] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": '{"a": 1'}]
+
+
+def client_events(sent: bytes, out: bytes) -> list[dict[str, Any]]:
+    return [e.json() for e in frames_of(sent + out) if not e.comment_only]
+
+
+def test_a_prefilled_continuation_that_reasons_again_shows_the_client_only_the_rest_of_its_text() -> None:
+    sent = cut_in_text(reasoned(TEXT, EMPTY_THOUGHT, THOUGHT), 2)
+    transcript = read_transcript("openai-responses", sent, CODEX_REQUEST)
+    again = wire.Reasoning("rs_cont", ("Continuing the greeting.",), encrypted_content="gAAAA-cont")
+    out = played(transcript, Overlap("", strict=False),
+                 reasoned(" primary, all good.", again, rid="resp_cont", item_id="msg_cont"))
+    got = client_events(sent, out)
+    assert b"rs_cont" not in out and b"Continuing" not in out and b"resp_cont" not in out and b"msg_cont" not in out
+    assert [e["sequence_number"] for e in got] == list(range(len(got)))
+    kinds = [e["type"] for e in got]
+    for once in ("response.created", "response.content_part.added", "response.output_text.done",
+                 "response.content_part.done", "response.completed"):
+        assert kinds.count(once) == 1, kinds
+    assert kinds.count("response.output_item.added") == 3 and kinds.count("response.output_item.done") == 3
+    assert {e["output_index"] for e in got if e["type"].startswith("response.output_text")} == {2}
+    items = [e for e in got if e["type"] in ("response.output_item.added", "response.output_item.done")]
+    assert [(e["output_index"], e["item"]["id"]) for e in items] == [
+        (0, "rs_empty"), (0, "rs_empty"), (1, "rs_orig"), (1, "rs_orig"), (2, "msg_1"), (2, "msg_1")]
+    assert "".join(e["delta"] for e in got if e["type"] == "response.output_text.delta") == TEXT
+    # every `done` says the whole text, as if one upstream had written it
+    assert [e["text"] for e in got if e["type"] == "response.output_text.done"] == [TEXT]
+    assert [e["part"]["text"] for e in got if e["type"] == "response.content_part.done"] == [TEXT]
+    assert items[-1]["item"]["content"][0]["text"] == TEXT
+    completed = got[-1]["response"]
+    assert completed["id"] == "resp_orig"
+    assert completed["output"] == [EMPTY_THOUGHT.item(), THOUGHT.item(), {**items[-1]["item"]}]
+
+
+def test_a_regenerated_answer_that_reasons_again_is_matched_on_its_text_alone() -> None:
+    sent = cut_in_text(reasoned(TEXT, THOUGHT), 3)
+    transcript = read_transcript("openai-responses", sent, CODEX_REQUEST)
+    again = reasoned(TEXT, wire.Reasoning("rs_again", ("Other thoughts.",)), rid="resp_again", item_id="msg_again")
+    out = played(transcript, Overlap(transcript.text, strict=True), again)
+    got = client_events(sent, out)
+    assert "".join(e["delta"] for e in got if e["type"] == "response.output_text.delta") == TEXT
+    assert b"rs_again" not in out
+    assert got[-1]["response"]["output"][0] == THOUGHT.item()
+    with pytest.raises(Diverged):  # its text is what is matched: other text is another answer
+        played(transcript, Overlap(transcript.text, strict=True), reasoned("Hello there", THOUGHT, rid="r2"))
+
+
+def test_a_plain_answer_continued_by_one_that_reasons_gets_no_reasoning_item() -> None:
+    sent = cut(wire.responses_stream(TEXT, rid="resp_orig"), 2, 4)
+    transcript = read_transcript("openai-responses", sent, RESPONSES_REQUEST)
+    out = played(transcript, Overlap("", strict=False),
+                 reasoned(" primary, all good.", THOUGHT, rid="resp_cont", item_id="msg_cont"))
+    got = client_events(sent, out)
+    assert b"rs_orig" not in out
+    assert {e["output_index"] for e in got if "output_index" in e} == {0}
+    assert [item["id"] for item in got[-1]["response"]["output"]] == ["msg_1"]
+    assert got[-1]["response"]["output"][0]["content"][0]["text"] == TEXT
+
+
+@given(st.integers(min_value=1, max_value=len(TEXT.split(" ")) - 1), st.integers(0, 2), st.integers(0, 2),
+       st.booleans())
+def test_any_cut_after_reasoning_is_joined_into_one_stream(words: int, before: int, again: int, strict: bool) -> None:
+    """Wherever the text was cut, however many reasoning items the original and the
+    continuation had: the client's text is whole, its sequence numbers run without a
+    gap, every event of the message has its output_index, and the final output is
+    what it streamed."""
+    thoughts = [wire.Reasoning(f"rs_{i}", (f"thought {i}",), encrypted_content=f"enc_{i}") for i in range(before)]
+    sent = cut_in_text(reasoned(TEXT, *thoughts), words)
+    transcript = read_transcript("openai-responses", sent, CODEX_REQUEST)
+    rest = TEXT if strict else TEXT[len(transcript.text):]
+    theirs = [wire.Reasoning(f"rs_new_{i}", (f"other {i}",)) for i in range(again)]
+    out = played(transcript, Overlap(transcript.text if strict else "", strict=strict),
+                 reasoned(rest, *theirs, rid="resp_new", item_id="msg_new"))
+    got = client_events(sent, out)
+    assert "".join(e["delta"] for e in got if e["type"] == "response.output_text.delta") == TEXT
+    assert [e["sequence_number"] for e in got] == list(range(len(got)))
+    assert {e["output_index"] for e in got if e.get("item_id") == "msg_1"} == {before}
+    assert b"rs_new" not in out and b"msg_new" not in out
+    final = got[-1]["response"]
+    assert [item["id"] for item in final["output"]] == [*(t.id for t in thoughts), "msg_1"]
+    assert final["output"][-1]["content"][0]["text"] == TEXT

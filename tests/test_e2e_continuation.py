@@ -187,7 +187,7 @@ def last_assistant(call_body: object) -> object:
 
 
 @pytest.mark.parametrize("then", [RESET, 2.0], ids=["cut", "stall"])
-@pytest.mark.parametrize("api", ["openai-chat", "anthropic-messages"])
+@pytest.mark.parametrize("api", list(PATHS))
 def test_a_cut_answer_is_finished_by_the_prefill_backup(cenv: Env, api: str, then: float | str) -> None:
     cenv.provider.script("c-primary", cut_after(api, 3, then))
     cenv.provider.script("c-backup", continuation(api))
@@ -195,12 +195,20 @@ def test_a_cut_answer_is_finished_by_the_prefill_backup(cenv: Env, api: str, the
     assert sdk_text(cenv, api) == FULL
     assert upstreams(cenv) == ["c-primary", "c-backup"]
     asked = cenv.provider.calls_to("c-backup")[0].json()
-    if api == "openai-chat":
+    assert isinstance(asked, dict)
+    if api == "openai-responses":
+        original = cenv.provider.calls_to("c-primary")[0].json()
+        assert isinstance(original, dict) and isinstance(original["input"], str)
+        assert asked == {**original, "input": [
+            {"role": "user", "content": original["input"]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": SENT}]}]}
+    elif api == "openai-chat":
         assert last_assistant(asked) == {"role": "assistant", "content": SENT, "prefix": True}
         assert asked["continue_final_message"] is True and asked["add_generation_prompt"] is False  # type: ignore[index]
     else:
         assert last_assistant(asked) == {"role": "assistant", "content": SENT}
-    assert asked["messages"][:-1] == cenv.provider.calls_to("c-primary")[0].json()["messages"]  # type: ignore[index]
+    if api != "openai-responses":
+        assert asked["messages"][:-1] == cenv.provider.calls_to("c-primary")[0].json()["messages"]  # type: ignore[index]
     log = cenv.mitm.wait_for_log("switchyard.continued_after_cut", mark)
     line = next(line for line in log.splitlines() if "switchyard.continued_after_cut" in line)
     assert f"route=c-{api}" in line and "upstream=c-backup" in line and "strategy=prefill" in line
@@ -235,19 +243,25 @@ def test_the_anthropic_client_gets_one_message_start_and_one_end(cenv: Env) -> N
 # --- regenerate ----------------------------------------------------------------------
 
 
+PREFILL_REJECTED = Reply.json(400, {"error": {"type": "invalid_request_error", "code": None, "param": "input",
+                                             "message": "This model does not continue an assistant message."}})
+
+
 @pytest.mark.parametrize("then", [RESET, 2.0], ids=["cut", "stall"])
 def test_a_cut_responses_answer_is_regenerated_and_only_the_rest_forwarded(cenv: Env, then: float | str) -> None:
     cenv.provider.script("c-primary", cut_after("openai-responses", 3, then), regenerated("openai-responses"))
+    cenv.provider.script("c-backup", PREFILL_REJECTED)
     mark = cenv.mitm.log_mark()
     assert sdk_text(cenv, "openai-responses") == FULL
-    assert upstreams(cenv) == ["c-primary", "c-primary"]  # no prefill: the Responses API has none
-    assert cenv.provider.calls[1].body == cenv.provider.calls[0].body
+    assert upstreams(cenv) == ["c-primary", "c-backup", "c-primary"]
+    assert cenv.provider.calls[2].body == cenv.provider.calls[0].body
     log = cenv.mitm.wait_for_log("switchyard.continued_after_cut", mark)
     assert "strategy=regenerate" in log
 
 
 def test_the_responses_client_gets_one_response_with_sequence_numbers_in_order(cenv: Env) -> None:
     cenv.provider.script("c-primary", cut_after("openai-responses", 3, RESET), regenerated("openai-responses"))
+    cenv.provider.script("c-backup", PREFILL_REJECTED)
     got = [e for e in events(curl(cenv, "openai-responses")) if isinstance(e, dict)]
     kinds = [e["type"] for e in got]
     for once in ("response.created", "response.output_item.added", "response.content_part.added",

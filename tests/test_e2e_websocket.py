@@ -31,6 +31,7 @@ from tests.support.ws_provider import (
     event,
     failed,
     failed_turn,
+    full_answer_turn,
     overload_error,
     overload_turn,
     warm_up_turn,
@@ -706,3 +707,43 @@ async def test_a_backup_on_https_is_asked_over_wss_verified_like_any_upstream(up
     assert got == good
     assert secure.connections == 1 and secure.posts == []  # over the WebSocket, not HTTP
     assert "upstream=backup" in log
+
+
+async def test_a_backups_own_key_echoed_over_websocket_reaches_neither_the_client_nor_the_flow(
+        upstream: WsProvider, backup: WsProvider, tmp_path: Path) -> None:
+    """The backup's key comes from the environment; it echoes it in the failure of its
+    first attempt and in the answer of its second: `[redacted]` in what the client got,
+    in the flow's messages and its story, every other byte as sent."""
+    key = "sk-ws-env-KEY-77aa88bb"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(WS_RULES.format(backup=backup.http_url, plain=backup.http_url)
+                     .replace("Bearer sk-backup-key", "Bearer ${SWY_WS_BACKUP_KEY}"))
+    saved = tmp_path / "flows"
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", extra_args=["-w", str(saved)],
+                          env={"SWY_WS_BACKUP_KEY": key})
+    upstream.script(failed_turn("resp_f1"), failed_turn("resp_f2"))
+    refused = event("response.failed", sequence_number=1,
+                    response={"id": "resp_b1", "object": "response", "status": "failed", "output": [],
+                              "error": {"code": "server_is_overloaded", "message": f"key {key} is overloaded"}})
+    answer = full_answer_turn("resp_b2", f"Your key is {key}.")
+    backup.script([failed_turn("resp_b1")[0], refused], answer)
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url) as ws:
+                await ws.send_str(create("hi"))
+                got = await receive_turn(ws)
+        log = dump.wait_for_log("switchyard.websocket_closed")
+    finally:
+        dump.stop()
+    assert [h["Authorization"] for h in backup.handshakes] == [f"Bearer {key}"]  # it was sent its key
+    assert sum(key in message for message in answer) == 5  # the delta; the text, part and item done; the response
+    assert got == [message.replace(key, "[redacted]") for message in answer]
+    assert key not in log and "key [redacted] is overloaded" in log
+    with saved.open("rb") as file:
+        flow = next(flow for flow in io.FlowReader(file).stream() if flow.websocket)
+    assert all(key.encode() not in message.content for message in flow.websocket.messages)
+    attempts = [a for turn in flow.metadata["switchyard"]["turns"] for a in turn["attempts"]]
+    assert [(a["upstream"], a["outcome"]) for a in attempts] == [
+        ("primary", "retry"), ("primary", "next_upstream"), ("backup", "retry"), ("backup", "committed")]
+    assert attempts[2]["message"] == "key [redacted] is overloaded"
+    assert key not in json.dumps(flow.metadata["switchyard"])

@@ -99,6 +99,43 @@ def redact_bytes(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
     return data
 
 
+class StreamRedactor:
+    """`redact_bytes` over a stream of reads: a value split across two reads is still
+    caught.  A read's tail is held back while it could begin a value, which is rare
+    (it must match a value's first bytes) and costs nothing where none does; what is
+    still held when the stream ends began a value, and is redacted as a cut message's
+    tail is (`redact`)."""
+
+    def __init__(self, secrets: tuple[bytes, ...]) -> None:
+        self.secrets = secrets
+        self._held = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """What may be passed on now, of what was held and `data`."""
+        data = redact_bytes(self._held + data, self.secrets)
+        kept = self._open_tail(data)
+        self._held = data[len(data) - kept:] if kept else b""
+        return data[:len(data) - kept]
+
+    def flush(self) -> bytes:
+        """What was held back, at the stream's end: the start of a value goes too."""
+        held, self._held = self._held, b""
+        return b"[redacted]" if len(held) >= PARTIAL_SECRET_MIN else held
+
+    def _open_tail(self, data: bytes) -> int:
+        """How many of `data`'s last bytes begin some value (without being all of it)."""
+        longest = 0
+        for secret in self.secrets:
+            tail = data[-(len(secret) - 1):] if len(secret) > 1 else b""
+            start = tail.find(secret[:1])
+            while start != -1 and len(tail) - start > longest:
+                if secret.startswith(tail[start:]):
+                    longest = len(tail) - start
+                    break
+                start = tail.find(secret[:1], start + 1)
+        return longest
+
+
 def _longest_first(values: Iterable[str]) -> tuple[str, ...]:
     found = {part for value in values for part in (value, *value.split()) if len(part) >= 8}
     return tuple(sorted(found, key=len, reverse=True))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,10 +96,11 @@ class ClientBed:
                               capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, stdin=subprocess.DEVNULL)
 
 
-def client_bed_for(tmp: Path) -> Iterator[ClientBed]:
+def client_bed_for(tmp: Path, rules_for: Callable[[int, int], str] = bed_rules) -> Iterator[ClientBed]:
+    """The bed; `rules_for(primary_port, backup_port)` writes its rules.yaml."""
     provider = FakeProvider().start()
     rules = tmp / "rules.yaml"
-    rules.write_text(bed_rules(provider.ports[0], provider.ports[1]))
+    rules.write_text(rules_for(provider.ports[0], provider.ports[1]))
     dump = start_mitmdump(rules, tmp / "mitmdump.log", reverse_target=f"http://127.0.0.1:{provider.ports[0]}",
                           extra_args=["--set", f"block_list={OFF_LOOPBACK}"])
     try:

@@ -7,6 +7,8 @@ byte for byte, whose answer the client got.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import gemini_wire
@@ -77,23 +79,78 @@ def chat_completion(text: str) -> dict:
 
 # --- OpenAI Responses ------------------------------------------------------
 
-def responses_stream(text: str, rid: str = "resp_1") -> list[bytes]:
+def responses_stream(text: str, rid: str = "resp_1", reasoning: Sequence[Reasoning] = (),
+                     item_id: str = "msg_1") -> list[bytes]:
+    """A Responses stream; with `reasoning`, a reasoning model's: each reasoning item
+    (`added`, its summary parts and text, `done`) before the message, as in
+    provider-sse-shapes §2.3 (an item with no summary is `added` then `done` only)."""
     base = {"id": rid, "object": "response", "created_at": 1761565462, "model": "gpt-4o", "output": []}
-    item = {"id": "msg_1", "type": "message", "status": "in_progress", "content": [], "role": "assistant"}
+    item = {"id": item_id, "type": "message", "status": "in_progress", "content": [], "role": "assistant"}
     frames = [
         event("response.created", {"type": "response.created", "sequence_number": 0, "response": {**base, "status": "in_progress"}}),
         event("response.in_progress", {"type": "response.in_progress", "sequence_number": 1, "response": {**base, "status": "in_progress"}}),
-        event("response.output_item.added", {"type": "response.output_item.added", "sequence_number": 2, "output_index": 0, "item": item}),
-        event("response.content_part.added", {"type": "response.content_part.added", "sequence_number": 3, "item_id": "msg_1", "output_index": 0, "content_index": 0, "part": {"type": "output_text", "annotations": [], "text": ""}}),
     ]
-    seq = 4
+    seq = 2
+    done_reasoning = []
+    for index, thought in enumerate(reasoning):
+        added = {"id": thought.id, "type": "reasoning", "summary": []}
+        frames.append(event("response.output_item.added", {"type": "response.output_item.added", "sequence_number": seq, "output_index": index, "item": added}))
+        seq += 1
+        for s_index, summary in enumerate(thought.summary):
+            common = {"item_id": thought.id, "output_index": index, "summary_index": s_index}
+            frames.append(event("response.reasoning_summary_part.added", {"type": "response.reasoning_summary_part.added", "sequence_number": seq, **common, "part": {"type": "summary_text", "text": ""}}))
+            seq += 1
+            for word in chat_words(summary):
+                frames.append(event("response.reasoning_summary_text.delta", {"type": "response.reasoning_summary_text.delta", "sequence_number": seq, **common, "delta": word}))
+                seq += 1
+            frames.append(event("response.reasoning_summary_text.done", {"type": "response.reasoning_summary_text.done", "sequence_number": seq, **common, "text": summary}))
+            frames.append(event("response.reasoning_summary_part.done", {"type": "response.reasoning_summary_part.done", "sequence_number": seq + 1, **common, "part": {"type": "summary_text", "text": summary}}))
+            seq += 2
+        done = thought.item()
+        done_reasoning.append(done)
+        frames.append(event("response.output_item.done", {"type": "response.output_item.done", "sequence_number": seq, "output_index": index, "item": done}))
+        seq += 1
+    at = len(reasoning)
+    frames += [
+        event("response.output_item.added", {"type": "response.output_item.added", "sequence_number": seq, "output_index": at, "item": item}),
+        event("response.content_part.added", {"type": "response.content_part.added", "sequence_number": seq + 1, "item_id": item_id, "output_index": at, "content_index": 0, "part": {"type": "output_text", "annotations": [], "text": ""}}),
+    ]
+    seq += 2
     for word in chat_words(text):
-        frames.append(event("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": seq, "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": word, "logprobs": []}))
+        frames.append(event("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": seq, "item_id": item_id, "output_index": at, "content_index": 0, "delta": word, "logprobs": []}))
         seq += 1
     done_item = {**item, "status": "completed", "content": [{"type": "output_text", "annotations": [], "text": text}]}
-    frames.append(event("response.output_item.done", {"type": "response.output_item.done", "sequence_number": seq, "output_index": 0, "item": done_item}))
-    frames.append(event("response.completed", {"type": "response.completed", "sequence_number": seq + 1, "response": {**base, "status": "completed", "output": [done_item], "usage": {"input_tokens": 5, "output_tokens": 5, "total_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}}}))
+    if reasoning:  # the text's own done events, as a reasoning model's stream has them
+        frames.append(event("response.output_text.done", {"type": "response.output_text.done", "sequence_number": seq, "item_id": item_id, "output_index": at, "content_index": 0, "text": text, "logprobs": []}))
+        frames.append(event("response.content_part.done", {"type": "response.content_part.done", "sequence_number": seq + 1, "item_id": item_id, "output_index": at, "content_index": 0, "part": done_item["content"][0]}))
+        seq += 2
+    frames.append(event("response.output_item.done", {"type": "response.output_item.done", "sequence_number": seq, "output_index": at, "item": done_item}))
+    frames.append(event("response.completed", {"type": "response.completed", "sequence_number": seq + 1, "response": {**base, "status": "completed", "output": [*done_reasoning, done_item], "usage": {"input_tokens": 5, "output_tokens": 5, "total_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}}}))
     return frames
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    """One reasoning item of a Responses stream: its summary texts, and the
+    `encrypted_content` a request with `include: ["reasoning.encrypted_content"]` gets."""
+
+    id: str
+    summary: tuple[str, ...] = ()
+    encrypted_content: str | None = None
+
+    def item(self) -> dict:
+        """The item as its `response.output_item.done` carries it."""
+        out: dict = {"id": self.id, "type": "reasoning",
+                     "summary": [{"type": "summary_text", "text": text} for text in self.summary]}
+        if self.encrypted_content is not None:
+            out["encrypted_content"] = self.encrypted_content
+        return out
+
+
+def first_text_frame(frames: list[bytes]) -> int:
+    """The index of a stream's first text frame: the frames before it are what a
+    client has when the answer is cut before its text."""
+    return next(i for i, frame in enumerate(frames) if b'"response.output_text.delta"' in frame)
 
 
 # --- Anthropic Messages ----------------------------------------------------

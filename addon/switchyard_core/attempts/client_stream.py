@@ -13,6 +13,7 @@ import asyncio
 from typing import Protocol
 
 from ..apis import Api
+from ..redaction import StreamRedactor
 from ..upstreams.body import Body
 
 SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache")]
@@ -50,6 +51,7 @@ class ClientStream:
         # every byte the client got, while a cut answer may be continued (None: not kept, or too long)
         self.transcript: bytearray | None = None
         self._transcript_limit = 0
+        self._redactor: StreamRedactor | None = None
 
     def keep_transcript(self, limit: int) -> None:
         """Keep what is written, up to `limit` bytes, to know what a continuation must not repeat."""
@@ -74,7 +76,25 @@ class ClientStream:
         body = self.api.error_body(message, code)
         self.send_whole(status, [("Content-Type", "application/json")], body, upstream)
 
+    def passing_from(self, secrets: tuple[bytes, ...]) -> None:
+        """What an upstream sends is written from now on with the values its `${VAR}`s
+        hold redacted, across reads (`StreamRedactor`); none: written as sent."""
+        self.release()
+        self._redactor = StreamRedactor(secrets) if secrets else None
+
     def write(self, data: bytes) -> None:
+        """An upstream's bytes, as sent but for its secrets."""
+        if self._redactor is not None:
+            data = self._redactor.feed(data)
+        self._write(data)
+
+    def release(self) -> None:
+        """Before anything of Switchyard's own, and before the response ends: what was
+        held back because it might begin a secret."""
+        if self._redactor is not None:
+            self._write(self._redactor.flush())
+
+    def _write(self, data: bytes) -> None:
         if data:
             self.sink.write(data)
             self._tail = data[-4:]
@@ -85,20 +105,27 @@ class ClientStream:
                 else:
                     kept += data
 
+    def _own(self, data: bytes) -> None:
+        """Switchyard's own bytes, after whatever the upstream's were."""
+        self.release()
+        self._write(data)
+
     def cut(self) -> None:
         """A body forwarded as sent broke: end it so that the client sees a cut."""
+        self.release()
         self.sink.abort()
 
     def announce(self, upstream: str) -> None:
         """Headers left before the winner was known: name it in a comment."""
-        self.write(self.api.comment(f"switchyard upstream={upstream} attempts={self.attempts}"))
+        self._own(self.api.comment(f"switchyard upstream={upstream} attempts={self.attempts}"))
 
     def error_event(self, message: str, code: str, error_type: str | None = None) -> None:
         """An in-band error in the API's shape, after whatever was written."""
+        self.release()
         frame = self.api.error_event(message, code, error_type)
         if self._tail and not self._tail.endswith(FRAME_ENDS):
             frame = b"\n\n" + frame  # never run into a frame the upstream left open
-        self.write(frame)
+        self._write(frame)
 
     # --- the pre-answer keepalive ----------------------------------------------------
 
@@ -110,7 +137,7 @@ class ClientStream:
         if not self.sink.headers_sent:
             pending = [("x-switchyard-upstream", "pending"), ("x-switchyard-attempts", "pending")]
             self.sink.start(200, [*SSE_HEADERS, *pending])
-        self.write(self.api.comment(KEEPALIVE_NOTE))
+        self._own(self.api.comment(KEEPALIVE_NOTE))
         self.keep_alive(interval_s)
 
     def stop_keepalive(self) -> None:

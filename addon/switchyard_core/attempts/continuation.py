@@ -37,6 +37,7 @@ from ..continuation import (
 )
 from ..continuation.reframe import Reframer
 from ..exchange import AttemptRecord, Exchange
+from ..redaction import env_secrets
 from ..rules import Upstream
 from ..sse import FrameSplitter
 from ..upstreams.messages import (
@@ -135,9 +136,10 @@ class Continuation:
     async def _try(self, strategy: str, upstream: Upstream, transcript: Transcript, cut_at: float) -> _Try:
         request = build_request(self.exchange.request, upstream)
         wanted = continuation_body(self.api.name, strategy, request.body, transcript.text,
-                                   prefill_body=upstream.prefill_body, prefill_message=upstream.prefill_message)
+                                   prefill_body=upstream.prefill_body, prefill_message=upstream.prefill_message,
+                                   reasoning=transcript.reasoning)
         if wanted is None:
-            return _Try.FAILED  # not for this API (the Responses API has no prefill)
+            return _Try.FAILED  # a request this strategy cannot be made from
         request = replace(request, body=wanted.body)
         record = AttemptRecord(
             attempt=len(self.exchange.attempts) + 1,
@@ -153,6 +155,7 @@ class Continuation:
         overlap = Overlap(transcript.text if regenerate else wanted.echo, strict=regenerate)
         reframer = reframer_for(transcript, overlap)
         deadlines = Deadlines.of(self.settings, streams=True, started=record.started)
+        self.client.passing_from(env_secrets(upstream))
         try:
             async with asyncio.timeout(deadlines.headers):
                 answer = await self.http.open(request, connect_timeout_s=deadlines.connect)

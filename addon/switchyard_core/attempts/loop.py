@@ -105,6 +105,7 @@ class AttemptLoop:
             await self._run()
         finally:
             self.client.stop_keepalive()
+            self.client.release()
 
     def _upstreams(self) -> Sequence[Upstream]:
         """The upstreams to try, in order: the route's (a WebSocket turn narrows them)."""
@@ -144,6 +145,7 @@ class AttemptLoop:
         self.client.attempts = len(self.exchange.attempts)
         deadlines = Deadlines.of(self.settings, streams=self.exchange.request.wants_stream, started=record.started)
         attempt = _Try(turn, record, deadlines, env_secrets(upstream))
+        self.client.passing_from(attempt.secrets)
         try:
             head_by = record.started + deadlines.head if deadlines.head else None  # an early attempt began sooner
             async with asyncio.timeout_at(_loop_time(head_by)):
@@ -227,8 +229,8 @@ class AttemptLoop:
                 if self._commit_whole(attempt, "body_limit"):
                     return None
                 self.client.start(answer.status, forwarded_response_headers(answer.headers), attempt.upstream.name)
-                self.client.write(redact_bytes(b"".join(chunks), attempt.secrets))
-                await self._pass_rest(answer, attempt.deadlines, attempt.secrets)
+                self.client.write(b"".join(chunks))
+                await self._pass_rest(answer, attempt.deadlines)
                 return None
         body = redact_bytes(b"".join(chunks), attempt.secrets)
         body_error: ErrorInfo | None = None
@@ -278,7 +280,7 @@ class AttemptLoop:
         body = answer.body
         silence = self._silence(answer)
         touch = silence.touch
-        write = self._writer(attempt.secrets)
+        write = self.client.write
         passes = gate.passes
         failures: list[Classification] = []
 
@@ -340,6 +342,7 @@ class AttemptLoop:
     async def _cut(self, record: AttemptRecord, message: str, code: Literal["stream_cut", "stream_stalled"]) -> None:
         """A committed answer broke off: finished by a continuation where the route asks
         for one and it succeeds, else ended with this (the original) cut."""
+        self.client.release()  # the client's bytes are what a continuation must not repeat
         if self.continuation.wanted and await self.continuation.finish(record, message):
             self.end.continued()
             return
@@ -363,8 +366,8 @@ class AttemptLoop:
         self.client.stop_keepalive()
         if not self.client.headers_sent:
             self.client.start(answer.status, answered.headers, attempt.upstream.name)
-        self.client.write(redact_bytes(gate.pass_through(), attempt.secrets))
-        await self._pass_rest(answer, attempt.deadlines, attempt.secrets)
+        self.client.write(gate.pass_through())
+        await self._pass_rest(answer, attempt.deadlines)
         return None
 
     def _output(self, step: GateStep, attempt: _Try, answer: Answer) -> None:
@@ -378,19 +381,19 @@ class AttemptLoop:
         if step.failures_after_output:
             self._suppressed(step, attempt)
         if step.emit:
-            self.client.write(redact_bytes(step.emit, attempt.secrets) if attempt.secrets else step.emit)
+            self.client.write(step.emit)
 
     def _suppressed(self, step: GateStep, attempt: _Try) -> None:
         for failure in step.failures_after_output:
             self.log.suppressed(attempt.record, failure.error, failure.event_type)
 
-    async def _pass_rest(self, answer: Answer, deadlines: Deadlines, secrets: tuple[bytes, ...] = ()) -> None:
-        """The rest of an answer forwarded as sent (the upstream's own secrets redacted,
-        read by read); if it breaks or stalls, so does the client's (a clean end would
-        claim a complete answer)."""
+    async def _pass_rest(self, answer: Answer, deadlines: Deadlines) -> None:
+        """The rest of an answer forwarded as sent (but for the upstream's own secrets:
+        `ClientStream.passing_from`); if it breaks or stalls, so does the client's (a
+        clean end would claim a complete answer)."""
         silence = self._silence(answer)
         touch = silence.touch
-        write = self._writer(secrets)
+        write = self.client.write
 
         def timed(chunk: bytes) -> None:
             touch()
@@ -403,18 +406,6 @@ class AttemptLoop:
             broke = True
         if broke:
             self.client.cut()
-
-    def _writer(self, secrets: tuple[bytes, ...]) -> Callable[[bytes], None]:
-        """The client's write, redacting what the upstream's `${VAR}`s hold read by read (a
-        value split across two reads is not seen); plain where it has none, the usual case."""
-        write = self.client.write
-        if not secrets:
-            return write
-
-        def redacting(chunk: bytes) -> None:
-            write(redact_bytes(chunk, secrets))
-
-        return redacting
 
     def _silence(self, answer: Answer) -> Silence:
         """A read deadline for `answer`; quiet while the client holds it back does not count."""

@@ -30,6 +30,7 @@ from ..apis.errors import http_error_info, rewrite_capacity_codes
 from ..apis.openai_responses import ResponsesStream, websocket_error
 from ..exchange import AttemptRecord, Exchange
 from ..gate import Gate
+from ..redaction import env_secrets, redact_bytes
 from ..rules import Upstream
 from ..sse import FrameSplitter, SseEvent
 from ..upstreams.body import Body
@@ -154,7 +155,10 @@ class TurnLoop(AttemptLoop):
         return self.turn.upstreams
 
     async def run(self) -> None:
-        await self._run()  # no pre-answer keepalive: the client's WebSocket is open already
+        try:
+            await self._run()  # no pre-answer keepalive: the client's WebSocket is open already
+        finally:
+            self.client.release()
 
     async def _attempt(self, step: Step) -> _Failed | None:
         upstream = step.upstream
@@ -170,7 +174,8 @@ class TurnLoop(AttemptLoop):
             secret_headers=secret_header_names(upstream),
         )
         self.exchange.attempts.append(record)
-        attempt = _Try(step, record, Deadlines.of(self.settings, streams=True, started=record.started))
+        attempt = _Try(step, record, Deadlines.of(self.settings, streams=True, started=record.started),
+                       env_secrets(upstream))
         settings = self.settings
         try:
             link = await self.session.link(upstream, request)
@@ -343,7 +348,8 @@ class TurnLoop(AttemptLoop):
         info = failure.error or ErrorInfo(message="failure")
         failed = self._fail(attempt, info)
         held = gate.held_frames()
-        attempt.record.kept(101, [("Content-Type", "application/json")], b"\n".join(held))
+        attempt.record.kept(101, [("Content-Type", "application/json")],
+                            redact_bytes(b"\n".join(held), attempt.secrets))
         assert isinstance(self.end, TurnEndings)
         if failed.plan.action != "give_up":
             if failure.event_type != "response.failed" and self.turn.response_id is not None:

@@ -9,6 +9,11 @@ its text is cut to what the client has not seen (`Overlap`), and its terminal
 frames (finish reason, usage, `[DONE]`, `response.completed`, `message_delta`
 and `message_stop`) end the one stream the client sees.
 
+Responses: reasoning items the continuation produces before its message are
+dropped (the client has the original's, or none); the `*.done` events and
+`response.completed` carry the whole text the client has, and the output the
+client saw (the original's reasoning items, its message).
+
 Pure: each `feed` takes one parsed frame and returns the bytes for the client.
 """
 
@@ -51,6 +56,7 @@ class _Base:
         self.transcript = transcript
         self.overlap = overlap
         self.forwarded = 0
+        self._sent: list[str] = []  # the text forwarded, in order
 
     def _keepalive(self, frame: bytes) -> bytes:
         """A keepalive (a comment, a ping) once the continuation's text flows; before,
@@ -63,7 +69,14 @@ class _Base:
     def _text(self, text: str) -> str:
         new = self.overlap.take(text)
         self.forwarded += len(new)
+        if new:
+            self._sent.append(new)
         return new
+
+    @property
+    def whole_text(self) -> str:
+        """All the text the client has of the answer now."""
+        return self.transcript.text + "".join(self._sent)
 
 
 # --- OpenAI Chat Completions ---------------------------------------------------------
@@ -134,6 +147,8 @@ class ResponsesReframer(_Base):
         super().__init__(transcript, overlap)
         self._item: str | None = None  # the continuation's message item that maps onto the original's
         self._output_base: int | None = None  # its output_index
+        self._part = False  # its text part began (the client has the original's open)
+        self._hidden: set[str] = set()  # ids of the continuation's reasoning items before its message
         self._sequence = (transcript.sequence_number if transcript.sequence_number is not None else -1) + 1
 
     def feed(self, event: SseEvent) -> bytes:
@@ -147,21 +162,29 @@ class ResponsesReframer(_Base):
             self.overlap.not_text("a frame that is not JSON")
             return b""
         kind = str(data.get("type") or event.event or "")
-        if kind in _RESPONSE_LIFECYCLE:
+        if kind in _RESPONSE_LIFECYCLE or self._is_hidden(data):
             return b""
+        mine = self._item is not None and data.get("item_id") == self._item
         if kind == "response.output_item.added":
             item = data.get("item") or {}
+            if (self._item is None and isinstance(item, dict) and item.get("type") == "reasoning"
+                    and isinstance(item.get("id"), str) and item["id"]):
+                # the upstream reasoned again: the client has the original's reasoning (or none),
+                # and a second one before text it already has would be a duplicate
+                self._hidden.add(item["id"])
+                return b""
             if self._item is None and isinstance(item, dict) and item.get("type") == "message":
                 self._item = item.get("id")
                 self._output_base = data.get("output_index", 0)
                 return b""  # the client has the item open
             self.overlap.not_text(f"a {item.get('type') if isinstance(item, dict) else 'new'} item")
-        elif kind == "response.content_part.added" and data.get("item_id") == self._item and self._item is not None:
+        elif kind == "response.content_part.added" and mine:
             part = data.get("part") or {}
-            if isinstance(part, dict) and part.get("type") == "output_text" and not self.overlap.covered:
+            if isinstance(part, dict) and part.get("type") == "output_text" and not self._part:
+                self._part = True
                 return b""  # the client has the part open
             self.overlap.not_text("another content part")
-        elif kind == "response.output_text.delta" and data.get("item_id") == self._item and self._item is not None:
+        elif kind == "response.output_text.delta" and mine:
             text = self._text(data.get("delta") or "")
             if not text:
                 return b""
@@ -173,13 +196,44 @@ class ResponsesReframer(_Base):
                 data = {**data, "response": self._response(response)}
         elif kind.endswith(".delta"):
             self.overlap.not_text(kind)
-        elif kind.endswith(".done") and (data.get("item_id") == self._item or self._is_message_done(data)):
+        elif kind.endswith(".done") and (mine or self._is_message(data.get("item"))):
             self.overlap.ended()
+            data = self._whole(kind, data)
         return _event(kind, self._ids(data))
 
-    def _is_message_done(self, data: dict[str, Any]) -> bool:
-        item = data.get("item")
+    def _is_message(self, item: Any) -> bool:
         return isinstance(item, dict) and item.get("id") == self._item and self._item is not None
+
+    def _is_hidden(self, data: dict[str, Any]) -> bool:
+        if not self._hidden:
+            return False
+        item = data.get("item")
+        return data.get("item_id") in self._hidden or (isinstance(item, dict) and item.get("id") in self._hidden)
+
+    def _whole(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        """A `.done` event of the message says its whole text: the text the client has
+        (a prefilled continuation's own says only the rest)."""
+        text = self.whole_text
+        if kind == "response.output_text.done":
+            return {**data, "text": text}
+        part = data.get("part")
+        if kind == "response.content_part.done" and isinstance(part, dict) and part.get("type") == "output_text":
+            return {**data, "part": {**part, "text": text}}
+        if kind == "response.output_item.done" and self._is_message(data.get("item")):
+            return {**data, "item": self._message(data["item"])}
+        return data
+
+    def _message(self, item: dict[str, Any]) -> dict[str, Any]:
+        """The continuation's message item as the client's: its id, the whole text."""
+        content = item.get("content")
+        if isinstance(content, list):
+            text = self.whole_text
+            first = next((i for i, part in enumerate(content)
+                          if isinstance(part, dict) and part.get("type") == "output_text"), None)
+            if first is not None:
+                content = [*content[:first], {**content[first], "text": text}, *content[first + 1:]]
+            item = {**item, "content": content}
+        return {**item, "id": self.transcript.item_id}
 
     def _ids(self, data: dict[str, Any]) -> dict[str, Any]:
         t = self.transcript
@@ -189,7 +243,7 @@ class ResponsesReframer(_Base):
             if "content_index" in out:
                 out["content_index"] = t.content_index
         item = out.get("item")
-        if isinstance(item, dict) and item.get("id") == self._item and self._item is not None:
+        if isinstance(item, dict) and self._is_message(item):
             out["item"] = {**item, "id": t.item_id}
         index = out.get("output_index")
         if isinstance(index, int) and self._output_base is not None:
@@ -200,12 +254,14 @@ class ResponsesReframer(_Base):
         return out
 
     def _response(self, response: dict[str, Any]) -> dict[str, Any]:
+        """The whole response as the client saw it: the original's reasoning items, then
+        the message with the client's id and text, then whatever came after it."""
         t = self.transcript
         output = response.get("output")
         if isinstance(output, list):
-            output = [{**item, "id": t.item_id} if isinstance(item, dict) and item.get("id") == self._item
-                      and self._item is not None else item for item in output]
-            response = {**response, "output": output}
+            kept = [self._message(item) if self._is_message(item) else item for item in output
+                    if not (isinstance(item, dict) and item.get("id") in self._hidden)]
+            response = {**response, "output": [*t.reasoning, *kept]}
         return {**response, "id": t.response_id}
 
 

@@ -1,10 +1,10 @@
 """The request that asks an upstream for the rest of a cut answer.
 
 `prefill`: the original request with the text the client already has as the
-final assistant message (Chat Completions, Anthropic Messages), the upstream's
-`prefill_body` merged into the top level and its `prefill_message` into that
-message.  `regenerate`: the original request as it was.  The Responses API has
-no prefill.
+final assistant message (Chat Completions, Anthropic Messages; for Responses
+the final `input` item, after the reasoning items the client got whole), the
+upstream's `prefill_body` merged into the top level and its `prefill_message`
+into that message.  `regenerate`: the original request as it was.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..sse import compact_json
 
-PREFILL_APIS = frozenset({"openai-chat", "anthropic-messages"})
+PREFILL_APIS = frozenset({"openai-chat", "openai-responses", "anthropic-messages"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +28,11 @@ class ContinuationRequest:
 
 def continuation_body(api: str, strategy: str, body: bytes, text: str, *,
                       prefill_body: Mapping[str, Any] | None = None,
-                      prefill_message: Mapping[str, Any] | None = None) -> ContinuationRequest | None:
+                      prefill_message: Mapping[str, Any] | None = None,
+                      reasoning: Sequence[Mapping[str, Any]] = ()) -> ContinuationRequest | None:
     """The continuation's body from the attempt's own (`body`, its model already
-    rewritten for the upstream); None where the strategy cannot apply."""
+    rewritten for the upstream); None where the strategy cannot apply.
+    `reasoning`: the Responses reasoning items the client got whole, before its text."""
     if strategy == "regenerate":
         return ContinuationRequest(body)
     if strategy != "prefill" or api not in PREFILL_APIS:
@@ -39,6 +41,8 @@ def continuation_body(api: str, strategy: str, body: bytes, text: str, *,
         data = json.loads(body)
     except (ValueError, RecursionError):
         return None
+    if api == "openai-responses":
+        return _responses_prefill(data, text, reasoning, prefill_body, prefill_message)
     messages = data.get("messages") if isinstance(data, dict) else None
     if not isinstance(messages, list):
         return None
@@ -77,3 +81,59 @@ def continuation_body(api: str, strategy: str, body: bytes, text: str, *,
 
 def _ends_with_assistant(messages: list[Any]) -> bool:
     return bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant"
+
+
+def _responses_prefill(data: Any, text: str, reasoning: Sequence[Mapping[str, Any]],
+                       prefill_body: Mapping[str, Any] | None,
+                       prefill_message: Mapping[str, Any] | None) -> ContinuationRequest | None:
+    """The conversation so far, then what the answer has: its finished reasoning items
+    and the partial text as the final assistant message of `input`."""
+    if not isinstance(data, dict):
+        return None
+    given = data.get("input")
+    if isinstance(given, str):
+        items: list[Any] = [{"role": "user", "content": given}]
+    elif isinstance(given, list):
+        items = list(given)
+    else:
+        return None
+    carried = reasoning_input(reasoning, stored=data.get("store") is not False)
+    data = copy.copy(data)
+    data.update(copy.deepcopy(dict(prefill_body or {})))
+    last = items[-1] if items else None
+    if not carried and isinstance(last, dict) and last.get("role") == "assistant" and last.get("type", "message") == "message":
+        # the client prefilled the answer itself: the text continues that message
+        last = dict(last)
+        content = last.get("content")
+        if isinstance(content, str):
+            last["content"] = content + text
+        elif isinstance(content, list):
+            last["content"] = [*content, {"type": "output_text", "text": text}]
+        else:
+            return None
+        items.pop()
+    else:
+        last = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+    last.update(copy.deepcopy(dict(prefill_message or {})))
+    data["input"] = [*items, *carried, last]
+    return ContinuationRequest(compact_json(data))
+
+
+def reasoning_input(items: Sequence[Mapping[str, Any]], *, stored: bool) -> list[dict[str, Any]]:
+    """The reasoning items as the Responses API takes them back as input: their id and
+    summary, and their `encrypted_content` (or reasoning text) where they had it.
+
+    Without `encrypted_content` an item is found only by its id among the stored ones:
+    when the request said `store: false` none is kept, so none is carried (the
+    upstream reasons again, and its new reasoning never reaches the client)."""
+    out = []
+    for item in items:
+        kept: dict[str, Any] = {"type": "reasoning", "id": item.get("id"), "summary": item.get("summary") or []}
+        if item.get("encrypted_content"):
+            kept["encrypted_content"] = item["encrypted_content"]
+        elif not stored:
+            return []
+        if item.get("content"):
+            kept["content"] = item["content"]
+        out.append(copy.deepcopy(kept))
+    return out

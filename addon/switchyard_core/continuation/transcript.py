@@ -7,13 +7,22 @@ must not ask for what a continuation cannot match (several choices,
 logprobs).  Anything else (a tool call, reasoning or thinking, a refusal, an
 end already sent) is `NotContinuable`, with the reason for the log.
 
+One exception: a Responses message may follow reasoning items the client has
+whole (their `response.output_item.done` arrived).  They are finished, so the
+continuation can carry them back as input and the client keeps them as they
+are.  A cut inside a reasoning item is not continued: what the client has of it
+cannot be sent back (only a finished item is accepted as input), and another
+upstream's reasoning could not be joined to it.  Chat's `reasoning_content`
+and Anthropic's thinking stay refused: DeepSeek rejects `reasoning_content` in
+a request, and Anthropic does not take a prefilled answer while thinking is on.
+
 The ids and indexes found here are what the continuation's frames are
 re-framed with, so the client sees one stream.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..sse import FrameSplitter
@@ -40,6 +49,8 @@ class Transcript:
     output_index: int = 0  # Responses
     content_index: int = 0  # Responses; Anthropic: the text block's index
     sequence_number: int | None = None  # Responses: the last one the client got
+    # Responses: the reasoning items before the message, each as its `output_item.done` carried it
+    reasoning: tuple[dict[str, Any], ...] = field(default=(), hash=False)
 
 
 def read_transcript(api: str, raw: bytes, request: Any) -> Transcript:
@@ -135,6 +146,8 @@ def _responses(events: list[Any], request: dict[str, Any]) -> Transcript:
     parts = 0
     sequence: int | None = None
     text: list[str] = []
+    reasoning: list[dict[str, Any]] = []
+    thinking: str | None = None  # the reasoning item still open, if any
     for name, data in _objects(events):
         kind = str(data.get("type") or name or "")
         number = data.get("sequence_number")
@@ -145,12 +158,18 @@ def _responses(events: list[Any], request: dict[str, Any]) -> Transcript:
             if isinstance(response, dict) and response.get("id"):
                 response_id = response["id"]
             continue
+        if thinking is not None:
+            thinking = _in_reasoning(kind, data, thinking, reasoning)
+            continue
         if kind == "response.output_item.added":
             item = data.get("item") or {}
             if item_id is not None:
                 raise NotContinuable("the answer has more than one output item")
-            if not isinstance(item, dict) or item.get("type") != "message":
-                what = item.get("type") if isinstance(item, dict) else None
+            what = item.get("type") if isinstance(item, dict) else None
+            if what == "reasoning" and isinstance(item.get("id"), str) and item["id"]:
+                thinking = item["id"]
+                continue
+            if what != "message":
                 raise NotContinuable(f"the answer has a {what or 'non-message'} item")
             item_id, output_index = item.get("id"), data.get("output_index", 0)
             continue
@@ -171,10 +190,26 @@ def _responses(events: list[Any], request: dict[str, Any]) -> Transcript:
         if kind.endswith(".delta"):
             raise NotContinuable(f"the answer has {kind}")
         raise NotContinuable(f"the text had ended ({kind})")
+    if thinking is not None:
+        raise NotContinuable("the cut came inside a reasoning item")
     if item_id is None or response_id is None:
         raise NotContinuable("no message item reached the client")
     return Transcript("openai-responses", "".join(text), response_id=response_id, item_id=item_id,
-                      output_index=output_index, content_index=content_index, sequence_number=sequence)
+                      output_index=output_index, content_index=content_index, sequence_number=sequence,
+                      reasoning=tuple(reasoning))
+
+
+def _in_reasoning(kind: str, data: dict[str, Any], thinking: str, done: list[dict[str, Any]]) -> str | None:
+    """One event while the reasoning item `thinking` is open: the item still open
+    afterwards (None once its `output_item.done` came, kept in `done`)."""
+    if kind == "response.output_item.done":
+        item = data.get("item")
+        if isinstance(item, dict) and item.get("id") == thinking and item.get("type") == "reasoning":
+            done.append(item)
+            return None
+    elif kind.startswith("response.reasoning") and data.get("item_id") == thinking:
+        return thinking  # its summary or text, which the client keeps as it came
+    raise NotContinuable(f"the answer has {kind} inside a reasoning item")
 
 
 # --- Anthropic Messages --------------------------------------------------------------

@@ -31,6 +31,7 @@ from ..attempts.carry import as_http_body, as_message, fold, is_warm_up, parse_c
 from ..attempts.faulty_messages import FaultStep, FaultyMessages
 from ..attempts.turn import TRANSPORT, Turn, TurnLoop, narrowed
 from ..exchange import Exchange, OriginalRequest
+from ..redaction import env_secrets, redact_bytes
 from ..rules import Upstream
 from ..upstreams.client import UpstreamClient
 from ..upstreams.messages import UpstreamRequest
@@ -71,6 +72,7 @@ class WebSocketSession:
         self._current = 0
         self._link: UpstreamSocket | None = None
         self._link_upstream: str | None = None
+        self._secrets: tuple[bytes, ...] = ()  # what the socket's upstream's `${VAR}`s hold: never passed on
         self._turn_inbox: asyncio.Queue[bytes | Closed] | None = None
         self._fault: FaultyMessages | None = None  # the attempt's fault, until it fires (see receive)
         self._plain: Callable[[bytes], bool] | None = None  # see pass_plain_content
@@ -277,7 +279,7 @@ class WebSocketSession:
         settings = self.route.settings
         link = await open_socket(request, self.http.tls_context, connect_timeout_s=settings.connect_timeout_s,
                                  handshake_timeout_s=settings.headers_timeout_s or None)
-        self._link, self._link_upstream = link, upstream.name
+        self._link, self._link_upstream, self._secrets = link, upstream.name, env_secrets(upstream)
         link.listen(self._from_upstream_of(link))
         link.paused = self._upstream_paused_of(link)
         return link
@@ -350,7 +352,7 @@ class WebSocketSession:
             if (look is not None and inbox.empty() and not isinstance(item, Closed | Binary)
                     and not look(item)):
                 self.last_passed = time.monotonic()
-                self.client.send(item)  # the hot path
+                self.to_client(item)  # the hot path
                 return
             inbox.put_nowait(item)
         elif isinstance(item, Closed):
@@ -370,6 +372,10 @@ class WebSocketSession:
     # --- the client's side -----------------------------------------------------------
 
     def to_client(self, message: bytes) -> None:
+        """A message for the client; an upstream's own `${VAR}` values in it are
+        redacted (a message is whole: no value is split across two)."""
+        if self._secrets and not isinstance(message, Binary):
+            message = redact_bytes(message, self._secrets)
         self.client.send(message)
 
     def break_client(self, why: str) -> None:
