@@ -134,3 +134,52 @@ def test_codex_gets_the_backups_answer_when_the_primary_keeps_failing(
     assert sent["model"] == real["model"]
     assert headers["Authorization"] == "Bearer sk-backup-key"
     assert "upstream=backup" in log and "transport=websocket" in log
+
+
+FAULT_RULES = """\
+version: 1
+defaults: {{retries: 0, backoff_ms: 1}}
+routes:
+  - name: codex
+    match: {{path: /v1/responses}}
+    upstreams:
+      - {{name: primary, url: original}}
+      - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
+faults:
+  - {{route: codex, upstream: primary, kind: response_failed, count: 1}}
+"""
+
+
+def test_a_fault_from_rules_yaml_on_the_primarys_websocket_makes_codex_finish_with_the_backups_answer(
+        tmp_path: Path, primary: WsProvider, backup: WsProvider) -> None:
+    """The fault fires on the first message Codex sends on its connection, its warm-up: a
+    `response.failed` (server_is_overloaded) in place of the primary's real answer, which
+    alone would make Codex exit at once.  The warm-up falls back to the backup, the real
+    turn follows it there, and Codex prints the backup's answer."""
+    primary.script(warm_up_turn("resp_warm"), full_answer_turn("resp_primary", "ANSWER-FROM-PRIMARY"))
+    if backup.websocket:  # over HTTP, Switchyard answers the warm-up itself
+        backup.script(warm_up_turn("resp_backup_warm"))
+    backup.script(full_answer_turn("resp_backup", "ANSWER-FROM-BACKUP"))
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(FAULT_RULES.format(backup=backup.http_url))
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", reverse_target=f"http://127.0.0.1:{primary.port}")
+    try:
+        mark = dump.log_mark()
+        run = codex(tmp_path, dump, "say hi")
+        log = dump.wait_for_log("switchyard.websocket_closed", mark)
+    finally:
+        dump.stop()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "ANSWER-FROM-BACKUP"
+    assert "capacity" not in run.stderr.lower() and "Reconnecting" not in run.stderr
+    assert len(primary.creates) == 1 and json.loads(primary.creates[0])["generate"] is False  # sent for real
+    if backup.websocket:
+        assert [json.loads(c).get("generate") for c in backup.creates] == [False, None]
+    else:  # the warm-up bound for HTTP is answered by Switchyard; the real turn is POSTed
+        assert backup.creates == [] and len(backup.posts) == 1
+    assert ("switchyard.fault_injected route=codex upstream=primary attempt=1 kind=response_failed after_frames=0 "
+            "transport=websocket turn=1") in log
+    failed = next(line for line in log.splitlines() if "switchyard.attempt_failed" in line)
+    for part in ("fault=response_failed", "code=server_is_overloaded", "decision=next_upstream", "turn=1"):
+        assert part in failed, failed
+    assert log.count("switchyard.fault_injected") == 1  # count: 1

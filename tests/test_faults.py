@@ -8,12 +8,14 @@ from collections.abc import Callable, Mapping
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from switchyard_core.faults import FaultPlan
+from switchyard_core.faults import FaultPlan, error_frame
 from switchyard_core.apis import APIS, Decision, ErrorPolicy, FrameKind
 from switchyard_core.upstreams.body import Body
 from switchyard_core.attempts.faulty_answer import FaultyAnswer
+from switchyard_core.attempts.faulty_messages import FaultStep, FaultyMessages
 from switchyard_core.rules.schema import FaultSpec
-from switchyard_core.sse import FrameSplitter
+from switchyard_core.sse import FrameSplitter, SseEvent
+from switchyard_core.upstreams.websocket import Closed
 from tests.support import wire
 
 
@@ -62,6 +64,12 @@ def test_plan_honours_route_upstream_rate_and_count() -> None:
     assert plan.pick("r", "a").kind == "reset"  # type: ignore[union-attr]
     assert plan.pick("r", "a") is None  # count reached; the 50% stall rolls 0.9: no
     assert plan.pick("r", "b").kind == "stall"  # type: ignore[union-attr]  # rolls 0.1
+
+
+def test_a_retired_plan_never_fires() -> None:
+    plan = FaultPlan((spec(kind="reset"),))
+    plan.retire()
+    assert plan.pick("r", "a") is None and plan.fired == [0]
 
 
 def test_sse_error_after_frames_truncates_the_real_stream() -> None:
@@ -123,3 +131,69 @@ def test_a_real_answer_that_ends_before_the_fault_point_still_gets_the_fault() -
     real = wire.chat_stream("hi")
     _, body, error = read(lambda: FaultyAnswer(Recorded(real), spec(kind="reset", after_frames=50), "openai-chat"))
     assert body == b"".join(real) and isinstance(error, ConnectionResetError)
+
+
+# --- WebSocket turns: FaultyMessages --------------------------------------------------
+
+def _messages(kind: str, real: list[bytes | Closed], **fields: object) -> tuple[list[bytes | Closed], str | None]:
+    """Feed `real` through a fault; what the turn reads, and what became of the real socket."""
+    faulty = FaultyMessages(spec(kind=kind, **fields), "openai-responses")
+    out: list[bytes | Closed] = []
+    cut: str | None = None
+    for item in real:
+        step = faulty.feed(item)
+        out += step.items
+        cut = cut or step.cut
+    return out, cut
+
+
+def _turn(text: str = "one two") -> list[bytes | Closed]:
+    from tests.support.ws_provider import answer_turn
+    return [message.encode() for message in answer_turn("resp_1", text)]
+
+
+def test_ws_sse_error_passes_after_frames_real_messages_then_the_sse_frames_data() -> None:
+    real = _turn()
+    out, cut = _messages("sse_error", real, status=429, after_frames=2, message="slow down")
+    assert out[:2] == real[:2] and len(out) == 3 and cut == "close"
+    assert json.loads(out[2]) == {"type": "error", "sequence_number": 0, "error": {
+        "type": "invalid_request_error", "code": "rate_limit_exceeded", "message": "slow down", "param": None}}
+    # the same JSON an HTTP stream's fault frame carries
+    frame = FrameSplitter().feed(error_frame("openai-responses", "sse_error", 429, "slow down"))[0]
+    assert json.loads(out[2]) == json.loads(frame.event.data or "")
+
+
+def test_ws_http_error_replaces_the_answer_with_a_status_error_the_classifier_reads() -> None:
+    out, cut = _messages("http_error", _turn(), status=401, after_frames=3)
+    assert cut == "close" and len(out) == 1
+    assert json.loads(out[0]) == {"type": "error", "status": 401, "error": {
+        "message": "provider overloaded (switchyard fault)", "type": "invalid_request_error", "param": None,
+        "code": "invalid_request_error"}}
+    seen = APIS["openai-responses"].stream_classifier().classify(SseEvent(data=out[0].decode()))
+    assert seen.kind is FrameKind.FAILURE and seen.error is not None and seen.error.status == 401
+    assert ErrorPolicy().decide(seen.error) is Decision.FATAL  # a 401 is not retried, as over HTTP
+
+
+def test_ws_reset_is_a_broken_connection_and_stall_is_silence() -> None:
+    real = _turn()
+    assert _messages("reset", real, after_frames=1) == ([real[0], Closed(1006, "connection reset (switchyard fault)")],
+                                                        "abort")
+    assert _messages("stall", real, after_frames=2) == (real[:2], "close")
+
+
+def test_ws_answer_shorter_than_after_frames_gets_the_fault_in_place_of_its_end() -> None:
+    real = _turn()
+    out, _ = _messages("response_failed", real, after_frames=50)
+    assert out[:-1] == real[:-1]  # everything but response.completed
+    assert json.loads(out[-1])["type"] == "response.failed"
+    closed = Closed(1000, "bye")
+    out, _ = _messages("overload_message", [real[0], closed], after_frames=5)
+    assert out[0] == real[0] and out[2] == closed  # the failure, then the real close
+    assert json.loads(out[1])["message"] == "Our servers are currently overloaded. Please try again later."
+
+
+def test_ws_nothing_of_the_real_answer_is_read_after_the_fault_point() -> None:
+    faulty = FaultyMessages(spec(kind="sse_error"), "openai-responses")
+    first = faulty.feed(b'{"type":"response.created"}')
+    assert len(first.items) == 1 and first.items[0] != b'{"type":"response.created"}'
+    assert faulty.feed(b'{"type":"response.output_text.delta","delta":"x"}') == FaultStep()

@@ -6,7 +6,9 @@ replaces its answer (`http_error`) or truncates it after `after_frames` real
 frames and then adds an error (`sse_error`, `response_failed`,
 `overload_message`), a connection reset (`reset`) or silence (`stall`).  The
 attempt loop reads a `attempts.faulty_answer.FaultyAnswer` exactly as it reads a
-real answer, so an injected failure exercises the same paths a provider's would.
+real answer, and a WebSocket turn reads `attempts.faulty_messages.FaultyMessages`
+exactly as it reads a real socket's messages, so an injected failure exercises
+the same paths a provider's would.  Every error shape is made here, once.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from .apis import APIS
 from .apis.errors import code_and_type_for_status
 from .apis.anthropic_messages import NAME as ANTHROPIC
 from .apis.google_gemini import NAME as GEMINI
-from .apis.openai_responses import NAME as RESPONSES
+from .apis.openai_responses import NAME as RESPONSES, OVERLOAD_OUTPUT_TEXT, websocket_error
 from .rules.schema import FaultSpec
+from .sse import FrameSplitter
 
 IN_BODY_KINDS = frozenset({"sse_error", "response_failed", "overload_message"})
 DEFAULT_STATUS = 503
 DEFAULT_MESSAGE = "provider overloaded (switchyard fault)"
+RESET_MESSAGE = "connection reset (switchyard fault)"
 
 
 class FaultPlan:
@@ -34,6 +38,12 @@ class FaultPlan:
         self.specs = specs
         self.fired = [0] * len(specs)
         self._rng = rng
+        self.retired = False
+
+    def retire(self) -> None:
+        """The rules were reloaded: these faults are out of the file and fire no more,
+        also for what still runs on the old rules (a WebSocket opened before)."""
+        self.retired = True
 
     def describe(self) -> list[str]:
         """One line per fault, with how often it has fired (for the log and `switchyard.status`)."""
@@ -48,6 +58,8 @@ class FaultPlan:
     def pick(self, route: str, upstream: str) -> FaultSpec | None:
         """The first matching fault wins; its rate is drawn per attempt, and its count
         restarts with each new set of rules (a new FaultPlan)."""
+        if self.retired:
+            return None
         for index, spec in enumerate(self.specs):
             if spec.route != route or (spec.upstream is not None and spec.upstream != upstream):
                 continue
@@ -58,6 +70,13 @@ class FaultPlan:
             self.fired[index] += 1
             return spec
         return None
+
+
+def status_and_message(spec: FaultSpec) -> tuple[int, str]:
+    """The status and message a fault's error carries: the spec's, else the defaults
+    (`overload_message` says only what the overloaded provider says)."""
+    default = OVERLOAD_OUTPUT_TEXT if spec.kind == "overload_message" else DEFAULT_MESSAGE
+    return spec.status or DEFAULT_STATUS, spec.message or default
 
 
 def _sse(event: str | None, payload: object) -> bytes:
@@ -96,3 +115,15 @@ def error_frame(api: str, kind: str, status: int, message: str) -> bytes:
 def error_body(api: str, status: int, message: str) -> bytes:
     """The error body a provider of this API sends with `status`."""
     return APIS[api].error_body(message, *code_and_type_for_status(api, status))
+
+
+def websocket_message(api: str, kind: str, status: int, message: str) -> bytes:
+    """The failure as a Responses WebSocket server sends it: an HTTP error as the
+    `error` message carrying its status; an in-stream one as the JSON its SSE
+    frame carries (the WebSocket sends each event's data as one message)."""
+    if kind == "http_error":
+        return websocket_error(status, error_body(api, status, message))
+    (frame,) = FrameSplitter().feed(error_frame(api, kind, status, message))
+    data = frame.event.data
+    assert data is not None
+    return data.encode()

@@ -2,7 +2,8 @@
 
 Each client `response.create` (a WebSocket message) or `POST /v1/responses`
 takes the next scripted turn (a list of message texts, sent back to back; a
-number in it is a pause in seconds; `CLOSE` closes the WebSocket there, `PING` pings) from the
+number in it is a pause in seconds; `CLOSE` closes the WebSocket there, `PING` pings, `HOLD` reads
+and sends nothing until `release()`) from the
 queue the test filled; with none left it answers a normal turn.  Over HTTP the
 same texts go as SSE events.  Every `response.create` received is recorded
 exactly, every POST body too, with the headers of each handshake and POST.
@@ -12,6 +13,7 @@ exactly, every POST body too, with the headers of each handshake and POST.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import ssl
 import threading
@@ -101,6 +103,7 @@ def warm_up_turn(rid: str) -> list[str]:
 
 CLOSE = "CLOSE"  # in a script: the server closes the WebSocket (code 1000) there
 PING = "PING"  # in a script: the server sends a ping there
+HOLD = "HOLD"  # in a script: the server neither reads nor sends until `release()`
 
 
 class WsProvider:
@@ -114,6 +117,10 @@ class WsProvider:
         self.post_headers: list[dict[str, str]] = []
         self.connections = 0
         self.ended = 0  # connections that have ended (either side closed)
+        self.sent = 0  # WebSocket messages sent (each waits while the peer is not reading)
+        self.others = 0  # text messages received that are no response.create
+        self.others_digest = hashlib.sha256()  # of their texts, in order
+        self._release: asyncio.Event | None = None
         self._scripts: deque[list[str | float]] = deque()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -147,6 +154,11 @@ class WsProvider:
             self.post_headers.clear()
             self.connections = 0
             self.ended = 0
+            self.sent = 0
+
+    def release(self) -> None:
+        """End a `HOLD`."""
+        self._loop.call_soon_threadsafe(lambda: self._release.set() if self._release else None)
 
     def start(self) -> "WsProvider":
         self._thread.start()
@@ -160,6 +172,7 @@ class WsProvider:
         self._thread.join(10)
 
     async def _start(self) -> None:
+        self._release = asyncio.Event()
         app = web.Application()
         app.router.add_get("/{prefix:.*}v1/responses", self._handle)  # /v1/responses, /slow/v1/responses, ...
         app.router.add_post("/{prefix:.*}v1/responses", self._post)
@@ -209,6 +222,9 @@ class WsProvider:
             except (ValueError, AttributeError):
                 kind = None
             if kind != "response.create":
+                with self._lock:
+                    self.others += 1
+                    self.others_digest.update(msg.data.encode())
                 continue
             turn += 1
             with self._lock:
@@ -221,8 +237,12 @@ class WsProvider:
                     return ws
                 elif item == PING:
                     await ws.ping(b"keepalive")
+                elif item == HOLD:
+                    assert self._release is not None
+                    await self._release.wait()
                 else:
                     await ws.send_str(item)
+                    self.sent += 1
         with self._lock:
             self.ended += 1
         return ws

@@ -107,6 +107,8 @@ class RulesKeeper:
     def _apply(self, rules: Rules) -> None:
         first = self.rules is None
         self.rules = rules
+        if self.faults is not None:
+            self.faults.retire()  # what is in flight on the old rules (a WebSocket's turns) fails no more
         self.faults = FaultPlan(rules.faults) if rules.faults else None
         self._mtime = self._current_mtime()
         for warning in rules.warnings:

@@ -109,7 +109,8 @@ def error_info(
 
     Accepts `{"error": {...}}` (OpenAI, Anthropic, Gemini, vLLM), `{"error":
     "text"}`, an error object itself (`{"type": "error", "code": ..,
-    "message": ..}`), and vLLM's old top-level `{"object": "error", ...}`.
+    "message": ..}`), vLLM's old top-level `{"object": "error", ...}`, and a
+    Responses WebSocket's HTTP error, `{"type": "error", "status": 429, "error": {...}}`.
     """
     if not isinstance(obj, dict):
         return None
@@ -129,6 +130,9 @@ def error_info(
         code = str(raw_code)
     # Gemini: {"code": 503, "status": "UNAVAILABLE"}; Azure adds a numeric "status".
     found_status = code_status or _as_status(source.get("status"))
+    if found_status is None and source is not obj and obj.get("type") == "error":
+        # the WebSocket's HTTP error carries its status beside the error (Codex reads `status_code` too)
+        found_status = _as_status(obj.get("status")) or _as_status(obj.get("status_code"))
     if status is None or 200 <= status < 300:
         status = found_status  # inside a 2xx answer, the body's own status counts
     grpc = google_rpc.grpc_status(source.get("status"))  # Gemini's canonical name, its most telling code

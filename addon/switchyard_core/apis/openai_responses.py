@@ -226,6 +226,21 @@ def error_event_payload(message: str, code: str, error_type: str | None = None) 
     return json.dumps(payload).encode()
 
 
+def websocket_error(status: int, body: bytes) -> bytes:
+    """An HTTP error answer as the `error` message a Responses WebSocket server sends
+    for it: `{"type": "error", "status": 429, "error": {...}}`, the HTTP body's error
+    object beside the status (what Codex reads as that HTTP error)."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError):
+        obj = None
+    error = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(error, dict):
+        error = {"type": "server_error" if status >= 500 else "invalid_request_error", "code": None,
+                 "message": body.decode("utf-8", "replace")[:1000] or f"HTTP {status}"}
+    return json.dumps({"type": "error", "status": status, "error": error}).encode()
+
+
 class OpenAIResponses:
     name = NAME
     comment = staticmethod(sse_comment)

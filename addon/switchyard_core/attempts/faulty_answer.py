@@ -7,8 +7,7 @@ from collections.abc import Mapping
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from ..apis.openai_responses import OVERLOAD_OUTPUT_TEXT
-from ..faults import DEFAULT_MESSAGE, DEFAULT_STATUS, IN_BODY_KINDS, error_body, error_frame
+from ..faults import IN_BODY_KINDS, RESET_MESSAGE, error_body, error_frame, status_and_message
 from ..rules.schema import FaultSpec
 from ..sse import Frame, FrameSplitter
 from ..upstreams.body import Body
@@ -26,9 +25,7 @@ class FaultyAnswer:
         self._real = real
         self._spec = spec
         self._api = api
-        self._status_code = spec.status or DEFAULT_STATUS
-        default = OVERLOAD_OUTPUT_TEXT if spec.kind == "overload_message" else DEFAULT_MESSAGE
-        self._message = spec.message or default
+        self._status_code, self._message = status_and_message(spec)
         self._passed = 0
         self._splitter = FrameSplitter()
         self._done = False
@@ -80,7 +77,7 @@ class FaultyAnswer:
         if kind == "stall":
             return  # nothing more, ever: until a timeout or the client ends it
         if kind == "reset":
-            self.body.end(ConnectionResetError("connection reset (switchyard fault)"))
+            self.body.end(ConnectionResetError(RESET_MESSAGE))
             return
         self.body.feed(error_frame(self._api, kind, self._status_code, self._message))
         self.body.end()

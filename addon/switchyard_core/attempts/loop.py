@@ -27,6 +27,7 @@ from ..gate import SAID_NOTHING, Gate, GateStep
 from ..redaction import env_secrets, redact_bytes
 from ..retry import Plan
 from ..rules import Upstream
+from ..rules.schema import FaultSpec
 from ..upstreams.messages import (
     Answer,
     ConnectTimeout,
@@ -161,11 +162,8 @@ class AttemptLoop:
         except OSError as exc:  # refused, unreachable, TLS, reset, not HTTP (ssl errors are OSErrors)
             return self._fail(attempt, transport_failure(exc))
 
-        fault = self.exchange.faults.pick(self.route.name, upstream.name) if self.exchange.faults else None
+        fault = self._pick_fault(record)
         if fault is not None:
-            record.injected(fault.kind)
-            observe.emit(logging.INFO, "switchyard.fault_injected", route=self.route.name, upstream=upstream.name,
-                         attempt=record.attempt, kind=fault.kind, after_frames=fault.after_frames)
             answer = FaultyAnswer(answer, fault, self.api.name)
         try:
             record.answered(answer.status, request_id(answer.headers))
@@ -176,6 +174,18 @@ class AttemptLoop:
             return await self._whole(answer, attempt)
         finally:
             answer.close()
+
+    def _pick_fault(self, record: AttemptRecord) -> FaultSpec | None:
+        """This attempt's fault, if one is due: one pick per attempt, once its upstream
+        answered (a fault never invents one), marked on its record and logged."""
+        faults = self.exchange.faults
+        fault = faults.pick(self.route.name, record.upstream) if faults is not None else None
+        if fault is not None:
+            record.injected(fault.kind)
+            observe.emit(logging.INFO, "switchyard.fault_injected", route=self.route.name, upstream=record.upstream,
+                         attempt=record.attempt, kind=fault.kind, after_frames=fault.after_frames,
+                         **self.log.context)
+        return fault
 
     def _fail(self, attempt: _Try, info: ErrorInfo, *, timed_out: bool = False,
               headers: Mapping[str, str] | None = None) -> _Failed:

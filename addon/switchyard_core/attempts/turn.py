@@ -27,7 +27,7 @@ from multidict import CIMultiDict
 
 from ..apis import Classification, ErrorInfo, FrameKind
 from ..apis.errors import http_error_info, rewrite_capacity_codes
-from ..apis.openai_responses import ResponsesStream
+from ..apis.openai_responses import ResponsesStream, websocket_error
 from ..exchange import AttemptRecord, Exchange
 from ..gate import Gate
 from ..redaction import env_secrets, redact_bytes
@@ -48,6 +48,7 @@ from ..upstreams.messages import (
 from ..upstreams.websocket import NOT_A_WEBSOCKET, Binary, Closed, Refused, UpstreamSocket, websocket_url
 from .carry import is_warm_up, response_id
 from .endings import Endings
+from .faulty_messages import FaultyMessages
 from .loop import AttemptLoop, _Failed, _Try
 
 if TYPE_CHECKING:
@@ -103,26 +104,13 @@ class TurnSink:
 
     def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         self._started = True
-        self.session.to_client(error_message(status, body) if status >= 300 else body)
+        self.session.to_client(websocket_error(status, body) if status >= 300 else body)
 
     def pace(self, producer: Body | None) -> None:
         """Messages are small and few: the upstream is not held back for the client."""
 
     def abort(self) -> None:
         self.session.break_client("upstream answer broke off")
-
-
-def error_message(status: int, body: bytes) -> bytes:
-    """An HTTP error answer as the `error` message a WebSocket server would send."""
-    try:
-        obj = json.loads(body)
-    except (ValueError, RecursionError):
-        obj = None
-    error = obj.get("error") if isinstance(obj, dict) else None
-    if not isinstance(error, dict):
-        error = {"type": "server_error" if status >= 500 else "invalid_request_error", "code": None,
-                 "message": body.decode("utf-8", "replace")[:1000] or f"HTTP {status}"}
-    return json.dumps({"type": "error", "status": status, "error": error}).encode()
 
 
 class TurnEndings(Endings):
@@ -212,8 +200,9 @@ class TurnLoop(AttemptLoop):
         except OSError as exc:
             return self._fail(attempt, transport_failure(exc))
         record.reached("staging")
-        inbox = self.session.receive()
-        link.send_text(self.session.message_for(self.turn, link))
+        fault = self._pick_fault(record)
+        inbox = self.session.receive(FaultyMessages(fault, self.api.name) if fault is not None else None)
+        link.send_text(self.session.message_for(self.turn, link))  # the real message, fault or not
         return await self._messages(inbox, link, attempt)
 
     async def _http_attempt(self, step: Step) -> _Failed | None:

@@ -22,6 +22,7 @@ from .. import observe
 from ..upstreams.websocket import MESSAGE_LIMIT, Binary
 
 UNSENDABLE_CLOSE = frozenset({1005, 1006, 1015})  # codes a close frame may not carry
+BROKE = 1011  # "an unexpected condition": the close the client gets when the upstream side broke
 
 
 class ClientSocket(asyncio.Protocol):
@@ -55,10 +56,10 @@ class ClientSocket(asyncio.Protocol):
         self.transport.write(self._ws.send(event))
 
     def close(self, code: int, reason: str) -> None:
-        """A clean close after everything written before it; a code no close frame may
-        carry (1006: the upstream broke) breaks the connection instead."""
+        """A close after everything written before it; a code no close frame may
+        carry (1006: the upstream broke) is told as a failure (`failed`)."""
         if code in UNSENDABLE_CLOSE:
-            self.break_off(reason or "upstream connection broke")
+            self.failed(reason or "upstream connection broke")
             return
         if self.closed:
             return
@@ -70,8 +71,19 @@ class ClientSocket(asyncio.Protocol):
                 pass
             self.transport.close()
 
+    def failed(self, why: str) -> None:
+        """The upstream side broke: the client's WebSocket ends with close code 1011, after
+        everything written before it, so that it never looks like a clean end.  Not an
+        abort: mitmproxy, between the relay and the client, ends the client's side of a
+        dropped connection with a clean 1000 close."""
+        if self.closed:
+            return
+        observe.emit(logging.WARNING, "switchyard.websocket_broken", route=self.route, transport="websocket",
+                     reason=why)
+        self.close(BROKE, why.encode()[:120].decode("utf-8", "ignore"))  # a close's reason: at most 123 bytes
+
     def break_off(self, why: str) -> None:
-        """End the client's WebSocket without a clean close: it must see that it broke."""
+        """End the client's WebSocket without a close (the client broke the protocol)."""
         if self.closed:
             return
         observe.emit(logging.WARNING, "switchyard.websocket_broken", route=self.route, transport="websocket",

@@ -28,6 +28,7 @@ from .. import observe
 from ..apis.errors import rewrite_capacity_codes
 from ..apis.openai_responses import error_event_payload
 from ..attempts.carry import as_http_body, as_message, fold, is_warm_up, parse_create
+from ..attempts.faulty_messages import FaultStep, FaultyMessages
 from ..attempts.turn import TRANSPORT, Turn, TurnLoop, narrowed
 from ..exchange import Exchange, OriginalRequest
 from ..redaction import env_secrets, redact_bytes
@@ -45,6 +46,10 @@ if TYPE_CHECKING:
 _HANDSHAKE_ONLY = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                              "sec-websocket-protocol", "upgrade", "connection", "content-type", "content-length"})
 
+# turns and other messages waiting for the one in progress: past this many, the client's side
+# is not read until one is taken (Codex sends one turn at a time)
+QUEUED_LIMIT = 16
+
 
 def _header(headers: tuple[tuple[str, str], ...], name: str) -> str:
     return next((value for key, value in headers if key.lower() == name), "")
@@ -60,6 +65,7 @@ class WebSocketSession:
         self.counters = counters
         self.client = ClientSocket(self.route.name, self._from_client, self._client_closed, self._client_lost)
         self.client.paused = self._hold_upstream
+        self._held: set[str] = set()  # why the client's side is not read now (see _hold_client)
         self._inbox: asyncio.Queue[tuple[str, Any] | None] = asyncio.Queue()  # turns and messages, in order
         self._task: asyncio.Task[None] | None = None
         # the upstream side: the connection's upstream (index into the route's), its socket
@@ -68,6 +74,7 @@ class WebSocketSession:
         self._link_upstream: str | None = None
         self._secrets: tuple[bytes, ...] = ()  # what the socket's upstream's `${VAR}`s hold: never passed on
         self._turn_inbox: asyncio.Queue[bytes | Closed] | None = None
+        self._fault: FaultyMessages | None = None  # the attempt's fault, until it fires (see receive)
         self._plain: Callable[[bytes], bool] | None = None  # see pass_plain_content
         self.last_passed = 0.0  # when the hot path last passed a message (the turn's idle bound counts it)
         self._http_only: set[str] = set()
@@ -98,6 +105,8 @@ class WebSocketSession:
                 item = await self._inbox.get()
                 if item is None:
                     break
+                if self._inbox.qsize() < QUEUED_LIMIT:
+                    self._hold_client("queued", False)
                 kind, value = item
                 if kind == "create":
                     await self._turn(*value)
@@ -125,6 +134,25 @@ class WebSocketSession:
             self._forward(message)  # now, also during a turn
         else:
             self._inbox.put_nowait(("other", message))
+        if self._inbox.qsize() >= QUEUED_LIMIT:
+            self._hold_client("queued", True)
+
+    def _hold_client(self, why: str, held: bool) -> None:
+        """The client's side is read only while nothing holds it: the upstream socket
+        is writing what it has (it is not reading), or turns and messages wait queued.
+        Each holds what the client can make Switchyard keep to a bound."""
+        was = bool(self._held)
+        if held:
+            self._held.add(why)
+        else:
+            self._held.discard(why)
+        transport = self.client.transport
+        if was == bool(self._held) or transport is None or transport.is_closing():
+            return
+        if self._held:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
 
     def _client_closed(self, code: int, reason: str) -> None:
         if self._link is not None:
@@ -198,7 +226,7 @@ class WebSocketSession:
 
     def _after_turn(self, turn: Turn, exchange: Exchange) -> None:
         self._rewrite = self.route.settings.rewrite_capacity_codes and (turn.output or not turn.resendable)
-        pending, self._turn_inbox, self._plain = self._turn_inbox, None, None
+        pending, self._turn_inbox, self._plain, self._fault = self._turn_inbox, None, None, None
         while pending is not None and not pending.empty():
             self._from_upstream(pending.get_nowait())  # what came after the turn's end, in order
         answered = exchange.answered_by
@@ -253,18 +281,32 @@ class WebSocketSession:
                                  handshake_timeout_s=settings.headers_timeout_s or None)
         self._link, self._link_upstream, self._secrets = link, upstream.name, env_secrets(upstream)
         link.listen(self._from_upstream_of(link))
+        link.paused = self._upstream_paused_of(link)
         return link
 
-    def drop(self, link: UpstreamSocket) -> None:
-        """Close a socket whose messages must reach nobody from now on."""
+    def _upstream_paused_of(self, link: UpstreamSocket) -> Callable[[bool], None]:
+        def paused(held: bool) -> None:
+            if link is self._link:
+                self._hold_client("upstream", held)
+        return paused
+
+    def drop(self, link: UpstreamSocket, *, broken: bool = False) -> None:
+        """Close a socket whose messages must reach nobody from now on (`broken`: break it off)."""
         link.listen(None)
-        link.close(1000)
+        link.paused = None
+        if broken:
+            link.abort()
+        else:
+            link.close(1000)
         if self._link is link:
             self._link, self._link_upstream = None, None
+            self._hold_client("upstream", False)
 
-    def receive(self) -> "asyncio.Queue[bytes | Closed]":
-        """An attempt's own inbox: what the socket sends from now on (earlier leftovers are not its)."""
+    def receive(self, fault: FaultyMessages | None = None) -> "asyncio.Queue[bytes | Closed]":
+        """An attempt's own inbox: what the socket sends from now on (earlier leftovers are
+        not its), through the attempt's fault if it has one."""
         self._plain = None
+        self._fault = fault
         self._turn_inbox = asyncio.Queue()
         return self._turn_inbox
 
@@ -277,9 +319,23 @@ class WebSocketSession:
 
     def _from_upstream_of(self, link: UpstreamSocket) -> Any:
         def receive(item: bytes | Closed) -> None:
-            if link is self._link:
+            if link is not self._link:
+                return
+            fault = self._fault
+            if fault is None:
                 self._from_upstream(item)
+            else:
+                self._faulted(link, fault.feed(item))
         return receive
+
+    def _faulted(self, link: UpstreamSocket, step: FaultStep) -> None:
+        """A real item through the attempt's fault: at the fault point the real socket
+        goes (its rest must reach nobody) and the fault's items take its place."""
+        if step.cut is not None:
+            self._fault = None
+            self.drop(link, broken=step.cut == "abort")
+        for item in step.items:
+            self._from_upstream(item)
 
     def pass_plain_content(self, worth_a_look: "Callable[[bytes], bool] | None") -> None:
         """After a turn's output: its plain answer content (what `worth_a_look` lets
@@ -309,6 +365,7 @@ class WebSocketSession:
     def closed_in_turn(self, closed: Closed) -> None:
         """The upstream closed: the client gets the close, after every message before it."""
         self._link, self._link_upstream = None, None
+        self._hold_client("upstream", False)
         self.client.close(closed.code, closed.reason)
         self._inbox.put_nowait(None)
 
@@ -322,5 +379,5 @@ class WebSocketSession:
         self.client.send(message)
 
     def break_client(self, why: str) -> None:
-        self.client.break_off(why)
+        self.client.failed(why)
         self._inbox.put_nowait(None)

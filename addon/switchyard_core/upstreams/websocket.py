@@ -84,6 +84,7 @@ class UpstreamSocket(asyncio.Protocol):
         self.closed: Closed | None = None
         self._receiver: Callable[[Item], None] | None = None
         self._early: list[Item] = []  # what came before anyone listened
+        self.paused: Callable[[bool], None] | None = None  # the client side, held while the upstream is not reading
 
     # --- the owner's side -----------------------------------------------------------
 
@@ -144,7 +145,17 @@ class UpstreamSocket(asyncio.Protocol):
         except RemoteProtocolError as exc:
             self._fail(ConnectionBroke(f"upstream broke the WebSocket protocol ({exc})"))
 
+    def pause_writing(self) -> None:
+        if self.paused is not None:
+            self.paused(True)
+
+    def resume_writing(self) -> None:
+        if self.paused is not None:
+            self.paused(False)
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.paused is not None:
+            self.paused(False)  # nothing more to write: whoever was held goes on
         if not self._handshake.done():
             self._handshake.set_exception(ConnectionBroke("connection closed during the WebSocket handshake"))
         self._ended(Closed(1006))

@@ -1,0 +1,154 @@
+"""Memory a WebSocket peer controls, through a real mitmdump: one side sends fast
+while the other reads nothing, then everything."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, Request, TextMessage
+
+from tests.support.mitm import Mitmdump, start_mitmdump
+from tests.support.ws_provider import HOLD, WsProvider, answer_turn, event
+from tests.test_load import memory_kib
+
+MESSAGES = 1500
+PIECE = base64.b64encode(os.urandom(48 * 1024)).decode()  # 64 KiB a message, incompressible
+GROWTH_BOUND_MB = 48  # the README's bound while the client reads nothing; the upstream offers 96 MiB
+
+
+@pytest.fixture
+def upstream() -> Iterator[WsProvider]:
+    provider = WsProvider().start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture
+def dump(tmp_path: Path) -> Iterator[Mitmdump]:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\nroutes:\n  - name: ws\n    match: {path: /v1/responses}\n"
+                     "    upstreams: [{name: primary, url: original}]\n")
+    proxy = start_mitmdump(rules, tmp_path / "mitmdump.log")
+    yield proxy
+    proxy.stop()
+
+
+def connect(dump: Mitmdump, upstream: WsProvider) -> tuple[socket.socket, WSConnection]:
+    """A WebSocket client through the proxy, with a small receive buffer: what it does not read, stays."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", int(dump.proxy_url.rsplit(":", 1)[1])))
+    ws = WSConnection(ConnectionType.CLIENT)
+    sock.sendall(ws.send(Request(host=f"127.0.0.1:{upstream.port}", target=upstream.proxied_url)))
+    for _ in range(100):
+        ws.receive_data(sock.recv(65536))
+        if any(isinstance(e, AcceptConnection) for e in ws.events()):
+            return sock, ws
+    raise AssertionError("no WebSocket handshake answer")
+
+
+def test_an_upstream_sending_fast_to_a_client_that_reads_nothing_is_held_back_in_bounded_memory(
+        upstream: WsProvider, dump: Mitmdump) -> None:
+    head, end = answer_turn("resp_big")[:5], answer_turn("resp_big")[-1]
+    delta = event("response.output_text.delta", item_id="msg_resp_big", output_index=0, content_index=0,
+                  delta=PIECE)
+    upstream.script([*head, *[delta] * MESSAGES, end])
+    before_mb = memory_kib(dump.process.pid, "VmRSS") / 1024
+    sock, ws = connect(dump, upstream)
+    sock.sendall(ws.send(TextMessage(data=json.dumps({"type": "response.create", "model": "m", "input": "x"}))))
+    sent, unchanged = -1, 0
+    for _ in range(200):  # bounded: until the upstream has been held back a while (or sent everything)
+        time.sleep(0.25)
+        unchanged = unchanged + 1 if upstream.sent == sent else 0
+        sent = upstream.sent
+        if unchanged >= 8 or sent == MESSAGES + 6:
+            break
+    grown_mb = memory_kib(dump.process.pid, "VmRSS") / 1024 - before_mb
+    assert sent < MESSAGES // 2  # held back: Switchyard stopped reading the upstream
+    assert grown_mb < GROWTH_BOUND_MB
+    # the client reads now: everything arrives, in order, whole
+    digest, expected = hashlib.sha256(), hashlib.sha256()
+    for text in [*head, *[delta] * MESSAGES, end]:
+        expected.update(text.encode())
+    got = 0
+    while got < MESSAGES + 6:
+        data = sock.recv(1 << 20)
+        assert data, f"the connection ended after {got} messages"
+        ws.receive_data(data)
+        for item in ws.events():
+            if isinstance(item, TextMessage):
+                digest.update(item.data.encode())
+                got += item.message_finished
+    sock.close()
+    assert got == MESSAGES + 6 and digest.hexdigest() == expected.hexdigest()
+
+
+@pytest.mark.parametrize("what", ["other", "create"])
+def test_a_client_sending_fast_while_its_turn_waits_on_the_upstream_is_held_back_in_bounded_memory(
+        upstream: WsProvider, dump: Mitmdump, what: str) -> None:
+    """Messages for the upstream's connection (it reads nothing), or turns queued behind
+    the one in progress: the client is read no further than a bound, and loses nothing."""
+    upstream.script([answer_turn("resp_held")[0], HOLD, *answer_turn("resp_held")[1:]])
+    before_mb = memory_kib(dump.process.pid, "VmRSS") / 1024
+    sock, ws = connect(dump, upstream)
+    sock.sendall(ws.send(TextMessage(data=json.dumps({"type": "response.create", "model": "m", "input": "x"}))))
+    for _ in range(200):  # bounded: until the upstream holds (the turn is on)
+        if upstream.creates:
+            break
+        time.sleep(0.05)
+    count = MESSAGES if what == "other" else MESSAGES // 8  # as many bytes, fewer turns to answer
+    if what == "create":
+        text = json.dumps({"type": "response.create", "model": "m", "input": PIECE * 8})
+    else:
+        text = json.dumps({"type": "conversation.item.create", "item": {"type": "message", "content": PIECE}})
+    frame = ws.send(TextMessage(data=text))
+    written = [0]
+
+    def blast() -> None:
+        for _ in range(count):
+            sock.sendall(frame)
+            written[0] += 1
+
+    sender = threading.Thread(target=blast, daemon=True)
+    sender.start()
+    sent, unchanged = -1, 0
+    for _ in range(200):  # bounded: until the client has been held back a while (or sent everything)
+        time.sleep(0.25)
+        unchanged = unchanged + 1 if written[0] == sent else 0
+        sent = written[0]
+        if unchanged >= 8 or sent == count:
+            break
+    grown_mb = memory_kib(dump.process.pid, "VmRSS") / 1024 - before_mb
+    assert sent < count // 2  # held back: Switchyard stopped reading the client
+    assert grown_mb < GROWTH_BOUND_MB
+    upstream.release()  # it reads now: everything arrives, in order, whole
+    completed = 0
+    while what == "create" and completed < 1 + count:  # every turn answered, read as it comes
+        data = sock.recv(1 << 20)
+        assert data, f"the connection ended after {completed} turns"
+        ws.receive_data(data)
+        completed += sum(isinstance(e, TextMessage) and '"response.completed"' in e.data for e in ws.events())
+    sender.join(60)
+    for _ in range(600):  # bounded: until the upstream has read them all
+        if upstream.others == count or what == "create":
+            break
+        time.sleep(0.05)
+    sock.close()
+    if what == "create":
+        assert len(upstream.creates) == 1 + count and all(c == text for c in upstream.creates[1:])
+    else:
+        expected = hashlib.sha256()
+        for _ in range(count):
+            expected.update(text.encode())
+        assert upstream.others == count and upstream.others_digest.hexdigest() == expected.hexdigest()
