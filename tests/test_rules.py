@@ -441,8 +441,8 @@ def test_continuation_keys_are_checked_with_file_line_and_field(tmp_path: Path, 
 
 @pytest.mark.parametrize("path,prefill,warned", [
     ("/v1/chat/completions", False, "no upstream says prefill: true"),
-    ("/v1beta/models/gemini-2.5-pro:streamGenerateContent", True,
-     "google-gemini has no prefill (Chat Completions, Responses and Anthropic Messages have)"),
+    ("/v1beta/models/gemini-2.5-pro:streamGenerateContent", False, "no upstream says prefill: true"),
+    ("/v1beta/models/gemini-2.5-pro:streamGenerateContent", True, None),
     ("/v1/responses", True, None),
     ("/v1/messages", True, None),
 ])

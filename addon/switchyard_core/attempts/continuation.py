@@ -242,7 +242,8 @@ class Continuation:
 
     def _continued(self, record: AttemptRecord, strategy: str, cut_at: float, transcript: Transcript) -> None:
         record.reached("output")
-        self.client.write(f": switchyard continued upstream={record.upstream} strategy={strategy}\n\n".encode())
+        # in the API's own way: an SSE comment is a parse error to Google's SDKs
+        self.client.write(self.api.comment(f"switchyard continued upstream={record.upstream} strategy={strategy}"))
         observe.emit(logging.INFO, "switchyard.continued_after_cut", route=self.route.name, upstream=record.upstream,
                      attempt=record.attempt, strategy=strategy, chars_sent=len(transcript.text),
                      first_char_after_s=round(time.monotonic() - cut_at, 4), request_id=record.request_id)

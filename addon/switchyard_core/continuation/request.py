@@ -2,9 +2,14 @@
 
 `prefill`: the original request with the text the client already has as the
 final assistant message (Chat Completions, Anthropic Messages; for Responses
-the final `input` item, after the reasoning items the client got whole), the
+the final `input` item, after the reasoning items the client got whole; for
+Gemini a final `{"role": "model", "parts": [{"text": …}]}` in `contents`), the
 upstream's `prefill_body` merged into the top level and its `prefill_message`
 into that message.  `regenerate`: the original request as it was.
+
+Whether Gemini goes on from a final model turn depends on the model: some
+continue it word for word, newer ones answer 400 ("Requests ending with a model
+turn are not supported"), which only costs that try.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from ..sse import compact_json
 
-PREFILL_APIS = frozenset({"openai-chat", "openai-responses", "anthropic-messages"})
+PREFILL_APIS = frozenset({"openai-chat", "openai-responses", "anthropic-messages", "google-gemini"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,8 @@ def continuation_body(api: str, strategy: str, body: bytes, text: str, *,
         return None
     if api == "openai-responses":
         return _responses_prefill(data, text, reasoning, prefill_body, prefill_message)
+    if api == "google-gemini":
+        return _gemini_prefill(data, text, prefill_body, prefill_message)
     messages = data.get("messages") if isinstance(data, dict) else None
     if not isinstance(messages, list):
         return None
@@ -116,6 +123,28 @@ def _responses_prefill(data: Any, text: str, reasoning: Sequence[Mapping[str, An
         last = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
     last.update(copy.deepcopy(dict(prefill_message or {})))
     data["input"] = [*items, *carried, last]
+    return ContinuationRequest(compact_json(data))
+
+
+def _gemini_prefill(data: Any, text: str, prefill_body: Mapping[str, Any] | None,
+                    prefill_message: Mapping[str, Any] | None) -> ContinuationRequest | None:
+    """The conversation so far, then the partial text as the final `model` content.
+    `contents` and that content's `role` and `parts` are always the ones built here."""
+    contents = data.get("contents") if isinstance(data, dict) else None
+    if not isinstance(contents, list):
+        return None
+    contents = list(contents)
+    data = copy.copy(data)
+    data.update(copy.deepcopy(dict(prefill_body or {})))
+    last = contents[-1] if contents else None
+    if isinstance(last, dict) and last.get("role") == "model" and isinstance(last.get("parts"), list):
+        # the client prefilled the answer itself: the text continues that content
+        parts = [*last["parts"], {"text": text}]
+        contents.pop()
+    else:
+        last, parts = {}, [{"text": text}]
+    last = {**last, **copy.deepcopy(dict(prefill_message or {})), "role": "model", "parts": parts}
+    data["contents"] = [*contents, last]
     return ContinuationRequest(compact_json(data))
 
 

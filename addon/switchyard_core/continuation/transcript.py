@@ -12,9 +12,15 @@ whole (their `response.output_item.done` arrived).  They are finished, so the
 continuation can carry them back as input and the client keeps them as they
 are.  A cut inside a reasoning item is not continued: what the client has of it
 cannot be sent back (only a finished item is accepted as input), and another
-upstream's reasoning could not be joined to it.  Chat's `reasoning_content`
-and Anthropic's thinking stay refused: DeepSeek rejects `reasoning_content` in
-a request, and Anthropic does not take a prefilled answer while thinking is on.
+upstream's reasoning could not be joined to it.  Chat's `reasoning_content`,
+Anthropic's thinking and Gemini's thought parts stay refused: DeepSeek rejects
+`reasoning_content` in a request, Anthropic does not take a prefilled answer
+while thinking is on, and Gemini's thoughts are not part of the answer it takes
+back (they would be lost, or another upstream's joined to them).
+
+Gemini: the text parts of candidate 0, the one candidate asked for; every frame
+is a whole `GenerateContentResponse`, so its `responseId` and `modelVersion`
+are what the continuation's frames are given.
 
 The ids and indexes found here are what the continuation's frames are
 re-framed with, so the client sees one stream.
@@ -41,8 +47,8 @@ class Transcript:
     api: str
     text: str  # the plain text the client has, exactly
     # what the original stream's frames carry, to re-frame a continuation with
-    response_id: str | None = None  # Chat `id`, Responses `response.id`, Anthropic `message.id`
-    model: str | None = None  # Chat
+    response_id: str | None = None  # Chat `id`, Responses `response.id`, Anthropic `message.id`, Gemini `responseId`
+    model: str | None = None  # Chat; Gemini `modelVersion`
     created: int | None = None  # Chat
     system_fingerprint: str | None = None  # Chat
     item_id: str | None = None  # Responses
@@ -252,4 +258,74 @@ def _anthropic(events: list[Any], request: dict[str, Any]) -> Transcript:
     return Transcript("anthropic-messages", "".join(text), response_id=message_id, content_index=index)
 
 
-_READERS = {"openai-chat": _chat, "openai-responses": _responses, "anthropic-messages": _anthropic}
+# --- Google Gemini -------------------------------------------------------------------
+
+# part fields that are no plain text, as the reason says them
+_GEMINI_OTHER = {"functionCall": "a function call", "functionResponse": "a function response",
+                 "inlineData": "inline data", "fileData": "file data", "executableCode": "code",
+                 "codeExecutionResult": "a code result"}
+# part fields that go with plain text: an empty thought signature is not thinking
+_GEMINI_TEXT_FIELDS = frozenset({"text", "thoughtSignature"})
+
+
+def _gemini(events: list[Any], request: dict[str, Any]) -> Transcript:
+    config = request.get("generationConfig") or request.get("generation_config") or {}
+    if isinstance(config, dict):
+        count = config.get("candidateCount", config.get("candidate_count"))
+        if isinstance(count, int) and not isinstance(count, bool) and count > 1:
+            raise NotContinuable("several candidates were asked for (candidateCount > 1)")
+        if config.get("responseLogprobs") or config.get("response_logprobs") or config.get("logprobs"):
+            raise NotContinuable("logprobs were asked for")
+    text: list[str] = []
+    ids: dict[str, Any] = {}
+    for _, chunk in _objects(events):
+        for key, name in (("response_id", "responseId"), ("model", "modelVersion")):
+            if key not in ids and isinstance(chunk.get(name), str) and chunk[name]:
+                ids[key] = chunk[name]
+        candidates = chunk.get("candidates")
+        if candidates is None:
+            continue  # usage, prompt feedback: no answer
+        if not isinstance(candidates, list):
+            raise NotContinuable("candidates is not a list")
+        for position, candidate in enumerate(candidates):
+            if not isinstance(candidate, dict):
+                raise NotContinuable("a candidate is not a JSON object")
+            if candidate.get("index", position) != 0:
+                raise NotContinuable("the answer has several candidates")
+            reason = candidate.get("finishReason")
+            if reason and reason != "FINISH_REASON_UNSPECIFIED":
+                raise NotContinuable("the answer had ended")
+            if candidate.get("logprobsResult"):
+                raise NotContinuable("the answer carries logprobs")
+            text.extend(_gemini_text(candidate.get("content")))
+    return Transcript("google-gemini", "".join(text), **ids)
+
+
+def _gemini_text(content: Any) -> list[str]:
+    """The plain text of one candidate's content; NotContinuable for any other part."""
+    if content is None:
+        return []
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if parts is None:
+        return []
+    if not isinstance(parts, list):
+        raise NotContinuable("content that is not a list of parts")
+    out = []
+    for part in parts:
+        if not isinstance(part, dict):
+            raise NotContinuable("a part is not a JSON object")
+        if part.get("thought"):
+            raise NotContinuable("the answer has thinking (a thought part)")
+        for key, value in part.items():
+            if key not in _GEMINI_TEXT_FIELDS and key != "thought" and value is not None:
+                raise NotContinuable(f"the answer has {_GEMINI_OTHER.get(key, repr(key))}")
+        value = part.get("text")
+        if isinstance(value, str):
+            out.append(value)
+        elif value is not None:
+            raise NotContinuable("a text part that is not text")
+    return out
+
+
+_READERS = {"openai-chat": _chat, "openai-responses": _responses, "anthropic-messages": _anthropic,
+            "google-gemini": _gemini}

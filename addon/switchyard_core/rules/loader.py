@@ -233,7 +233,7 @@ def _idle_prefill(api: str, strategies: tuple[str, ...], upstreams: list[Upstrea
     if "prefill" not in strategies:
         return None
     if api not in PREFILL_APIS:
-        return f"{api} has no prefill (Chat Completions, Responses and Anthropic Messages have)"
+        return f"{api} has no prefill"
     if not any(upstream.prefill for upstream in upstreams):
         return "no upstream says prefill: true"
     return None
