@@ -48,9 +48,7 @@ def text_of(raw: bytes) -> str:
 
 
 def stream(text: str, response_id: str = "orig", model: str = gemini_wire.MODEL_VERSION) -> list[bytes]:
-    return [f.replace(b'"fake-response-1"', json.dumps(response_id).encode())
-             .replace(json.dumps(gemini_wire.MODEL_VERSION).encode(), json.dumps(model).encode())
-            for f in gemini_wire.stream(text)]
+    return gemini_wire.stream(text, response_id, model)
 
 
 def played(transcript: Any, overlap: Overlap, frames: list[bytes]) -> bytes:

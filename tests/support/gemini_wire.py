@@ -45,19 +45,19 @@ def usage(candidates: int) -> dict[str, int]:
     return {"promptTokenCount": 8, "candidatesTokenCount": candidates, "totalTokenCount": 8 + candidates}
 
 
-def chunk(text: str) -> bytes:
+def chunk(text: str, response_id: str = "fake-response-1", model: str = MODEL_VERSION) -> bytes:
     return frame({"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "index": 0}],
-                  "usageMetadata": usage(0), "modelVersion": MODEL_VERSION, "responseId": "fake-response-1"})
+                  "usageMetadata": usage(0), "modelVersion": model, "responseId": response_id})
 
 
-def stream(text: str) -> list[bytes]:
+def stream(text: str, response_id: str = "fake-response-1", model: str = MODEL_VERSION) -> list[bytes]:
     """A normal stream: one frame per word, the last with `finishReason` and usage."""
     pieces = words(text)
-    frames = [chunk(piece) for piece in pieces[:-1]]
+    frames = [chunk(piece, response_id, model) for piece in pieces[:-1]]
     frames.append(frame({"candidates": [{"content": {"parts": [{"text": pieces[-1]}], "role": "model"},
                                          "finishReason": "STOP", "index": 0}],
-                         "usageMetadata": usage(len(pieces)), "modelVersion": MODEL_VERSION,
-                         "responseId": "fake-response-1"}))
+                         "usageMetadata": usage(len(pieces)), "modelVersion": model,
+                         "responseId": response_id}))
     return frames
 
 

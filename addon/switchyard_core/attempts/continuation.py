@@ -134,7 +134,7 @@ class Continuation:
         return read_transcript(self.api.name, bytes(raw), request)
 
     async def _try(self, strategy: str, upstream: Upstream, transcript: Transcript, cut_at: float) -> _Try:
-        request = build_request(self.exchange.request, upstream)
+        request = build_request(self.exchange.request, upstream, self.api.name)
         wanted = continuation_body(self.api.name, strategy, request.body, transcript.text,
                                    prefill_body=upstream.prefill_body, prefill_message=upstream.prefill_message,
                                    reasoning=transcript.reasoning)
@@ -144,7 +144,7 @@ class Continuation:
         record = AttemptRecord(
             attempt=len(self.exchange.attempts) + 1,
             upstream=upstream.name,
-            url=display_url(self.exchange.request, upstream),
+            url=display_url(self.exchange.request, upstream, self.api.name),
             started=time.monotonic(),
             request_headers=request.headers,
             secret_headers=secret_header_names(upstream),
