@@ -18,8 +18,9 @@ from switchyard_core.apis import APIS
 from switchyard_core.sse import FrameSplitter
 from tests.conftest import BACKUP_SECRET, BODY_MARKER, Env
 from tests.support import gemini_wire
-from tests.support.fake_provider import RESET, FakeProvider, Reply
+from tests.support.fake_provider import NORMAL, RESET, FakeProvider, Reply
 from tests.support.mitm import Mitmdump, start_mitmdump
+from tests.test_e2e_gemini_cli import run_gemini_cli
 
 CLIENT_KEY = "AIzaSy-client-GEMINI-c0ffee"
 MODEL = "gemini-2.5-flash"
@@ -198,3 +199,27 @@ def test_a_cut_in_or_after_thinking_or_a_function_call_is_not_continued(genv: En
     log = genv.mitm.wait_for_log("switchyard.stream_cut_after_output", mark)
     line = next(line for line in log.splitlines() if "switchyard.not_continued" in line)
     assert "route=gc upstream=gc-primary" in line and reason in line
+
+
+# --- the real Gemini CLI ---------------------------------------------------------------
+
+
+def test_gemini_cli_prints_the_whole_answer_once_after_a_cut(genv: Env, tmp_path: Path) -> None:
+    """`gemini -p` asks its model router first (answered normally), then streams the
+    answer, which is cut after three words and finished by the prefill backup: the CLI
+    prints the answer once, and sends no retry of its own (it retries an error)."""
+    genv.provider.script("gc-primary", NORMAL, cut_after(3, RESET))
+    genv.provider.script("gc-backup", Reply.sse(*gemini_wire.stream(REST, "cont")))
+    mark = genv.mitm.log_mark()
+    done = run_gemini_cli(genv, tmp_path, prefix="gc-primary")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == FULL
+    assert [(c.upstream, c.path.rsplit(":", 1)[1]) for c in genv.provider.calls] == [
+        ("gc-primary", "generateContent"), ("gc-primary", "streamGenerateContent"),
+        ("gc-backup", "streamGenerateContent")]
+    original, backup = genv.provider.calls[1].json(), genv.provider.calls[2].json()
+    assert isinstance(original, dict) and isinstance(backup, dict)
+    assert backup == {**original, "contents": [*original["contents"], {"role": "model", "parts": [{"text": SENT}]}]}
+    log = genv.mitm.wait_for_log(": POST http", mark, count=2)
+    assert log.count(": POST http") == 2, log
+    assert "switchyard.continued_after_cut route=gc upstream=gc-backup attempt=2 strategy=prefill" in log
