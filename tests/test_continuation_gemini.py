@@ -74,7 +74,7 @@ def test_the_transcript_is_candidate_zeros_text_and_the_streams_ids() -> None:
 
 
 def test_a_text_part_with_a_thought_signature_is_plain_text() -> None:
-    sent = part_frame({"text": "Hi", "thoughtSignature": "c2ln"}) + part_frame({"text": " there"})
+    sent = part_frame({"text": "Hi", "thoughtSignature": "c2ln"}) + part_frame({"text": " there", "thought": False})
     assert read_transcript(API, sent, REQUEST).text == "Hi there"
 
 

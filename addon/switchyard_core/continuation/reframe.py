@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from ..sse import SseEvent, compact_json
 from .overlap import Overlap
-from .transcript import Transcript
+from .transcript import GEMINI_TEXT_FIELDS, Transcript
 
 
 class Reframer(Protocol):
@@ -396,5 +396,5 @@ class GeminiReframer(_Base):
 def _plain(part: Any) -> bool:
     """A Gemini part of plain text (or of nothing): its text and a thought's signature
     (`thought: true` parts are thinking, dropped before this is asked)."""
-    return (isinstance(part, dict) and part.keys() <= {"text", "thoughtSignature", "thought"}
-            and isinstance(part.get("text", ""), str))
+    return (isinstance(part, dict) and isinstance(part.get("text", ""), str)
+            and all(key in GEMINI_TEXT_FIELDS or value is None for key, value in part.items()))

@@ -264,8 +264,8 @@ def _anthropic(events: list[Any], request: dict[str, Any]) -> Transcript:
 _GEMINI_OTHER = {"functionCall": "a function call", "functionResponse": "a function response",
                  "inlineData": "inline data", "fileData": "file data", "executableCode": "code",
                  "codeExecutionResult": "a code result"}
-# part fields that go with plain text: an empty thought signature is not thinking
-_GEMINI_TEXT_FIELDS = frozenset({"text", "thoughtSignature"})
+# the fields of a plain text part: a signature rides on text too, and `thought: false` is no thinking
+GEMINI_TEXT_FIELDS = frozenset({"text", "thoughtSignature", "thought"})
 
 
 def _gemini(events: list[Any], request: dict[str, Any]) -> Transcript:
@@ -317,7 +317,7 @@ def _gemini_text(content: Any) -> list[str]:
         if part.get("thought"):
             raise NotContinuable("the answer has thinking (a thought part)")
         for key, value in part.items():
-            if key not in _GEMINI_TEXT_FIELDS and key != "thought" and value is not None:
+            if key not in GEMINI_TEXT_FIELDS and value is not None:
                 raise NotContinuable(f"the answer has {_GEMINI_OTHER.get(key, repr(key))}")
         value = part.get("text")
         if isinstance(value, str):
