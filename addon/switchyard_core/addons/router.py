@@ -359,7 +359,8 @@ class Router:
                          f"answers={relay.answers} (in-process={relay.direct_answers})")
             ws = relay.websocket
             lines.append("websocket: " + ", ".join(f"{k}={ws['websocket_' + k]}" for k in (
-                "connections", "turns", "retries_answered", "fallbacks", "suppressed_failovers")))
+                "connections", "turns", "retries_answered", "fallbacks", "suppressed_failovers",
+                "continued_after_cut", "continuations_failed")))
         text = "\n".join(lines)
         observe.log.info(observe.printable(text))
         return text

@@ -80,6 +80,7 @@ class Continuation:
         self.log = log
         self._pipe = pipe
         self._silence = silence
+        self.answer: Transcript | None = None  # once finished: the whole answer the client has
 
     @property
     def wanted(self) -> bool:
@@ -238,6 +239,7 @@ class Continuation:
         if problems:
             return self._failed(record, problems[0], progressed=bool(first))
         record.continued()
+        self.answer = replace(transcript, text=reframer.whole_text)
         return _Try.FINISHED
 
     def _continued(self, record: AttemptRecord, strategy: str, cut_at: float, transcript: Transcript) -> None:

@@ -1,0 +1,280 @@
+"""`continue_after_cut` on WebSocket turns, through a real mitmdump.
+
+The upstreams are loopback Responses servers that speak WebSocket and HTTP SSE
+(tests/support/ws_provider.py); the clients are a plain aiohttp WebSocket
+client and the openai SDK's `client.responses.connect()`.  A turn's answer is
+cut after output (the upstream closes its WebSocket, or goes silent past
+`idle_timeout_s`); the continuation is asked over HTTP SSE and re-framed into
+the client's response.  Each test asserts the exact messages the client got,
+the exact continuation body each upstream was sent, and what was logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from tests.support.mitm import Mitmdump, start_mitmdump
+from tests.support.ws_provider import CLOSE, WsProvider, event, full_answer_turn
+from tests.test_e2e_websocket import TERMINAL, assert_nothing_more, create, receive_turn
+
+RULES = """\
+version: 1
+defaults: {{retries: 0, backoff_ms: 1, idle_timeout_s: 1}}
+routes:
+  - name: ws-continue
+    match: {{path: /cont/v1/responses}}
+    continue_after_cut: [prefill, regenerate]
+    upstreams:
+      - {{name: primary, url: original, prefill: true}}
+      - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
+  - name: ws-regenerate
+    match: {{path: /regen/v1/responses}}
+    continue_after_cut: [regenerate]
+    upstreams:
+      - {{name: primary, url: original}}
+      - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
+  - name: ws-plain
+    match: {{path: /plain/v1/responses}}
+    upstreams:
+      - {{name: primary, url: original}}
+      - {{name: backup, url: "{backup}"}}
+"""
+
+WHOLE = "Hello, world! How are you today?"
+SENT = "Hello, wor"  # what the client has when the cut comes
+
+
+@pytest.fixture(scope="module")
+def primary_provider() -> Iterator[WsProvider]:
+    provider = WsProvider().start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(scope="module")
+def backup_provider() -> Iterator[WsProvider]:
+    provider = WsProvider().start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory: pytest.TempPathFactory, backup_provider: WsProvider) -> Iterator[Mitmdump]:
+    workdir = tmp_path_factory.mktemp("ws-continue")
+    rules = workdir / "rules.yaml"
+    rules.write_text(RULES.format(backup=backup_provider.http_url))
+    started = start_mitmdump(rules, workdir / "mitmdump.log")
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def primary(primary_provider: WsProvider) -> Iterator[WsProvider]:
+    primary_provider.reset()
+    yield primary_provider
+    primary_provider.reset()
+
+
+@pytest.fixture
+def backup(backup_provider: WsProvider) -> Iterator[WsProvider]:
+    backup_provider.reset()
+    yield backup_provider
+    backup_provider.reset()
+
+
+def url(provider: WsProvider, route: str) -> str:
+    return provider.proxied_url.replace("/v1/responses", f"/{route}/v1/responses")
+
+
+def cut_turn(rid: str, then: list[str | float]) -> list[str | float]:
+    """The start of `WHOLE` as OpenAI streams it, cut after `SENT`: `then` says how
+    (CLOSE, or a pause longer than idle_timeout_s)."""
+    item_id = f"msg_{rid}"
+    response = {"id": rid, "object": "response", "status": "in_progress", "output": []}
+    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
+    return [
+        event("response.created", sequence_number=0, response=response),
+        event("response.output_item.added", sequence_number=1, output_index=0,
+              item={"id": item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}),
+        event("response.content_part.added", sequence_number=2, **where,
+              part={"type": "output_text", "text": "", "annotations": []}),
+        event("response.output_text.delta", sequence_number=3, **where, delta=SENT[:5]),
+        event("response.output_text.delta", sequence_number=4, **where, delta=SENT[5:]),
+        *then,
+    ]
+
+
+def continued_messages(rid: str, rest: str, after: int = 4) -> list[dict[str, Any]]:
+    """What the client gets after the cut: the rest of the text and the ends, with the
+    original response's ids and its sequence numbers going on from `after`."""
+    item_id = f"msg_{rid}"
+    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
+    part = {"type": "output_text", "text": WHOLE, "annotations": []}
+    item = {"id": item_id, "type": "message", "role": "assistant", "status": "completed", "content": [part]}
+    usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
+             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}
+    return [
+        {"type": "response.output_text.delta", "sequence_number": after + 1, **where, "delta": rest},
+        {"type": "response.output_text.done", "sequence_number": after + 2, **where, "text": WHOLE},
+        {"type": "response.content_part.done", "sequence_number": after + 3, **where, "part": part},
+        {"type": "response.output_item.done", "sequence_number": after + 4, "output_index": 0, "item": item},
+        {"type": "response.completed", "sequence_number": after + 5,
+         "response": {"id": rid, "object": "response", "status": "completed", "output": [item], "usage": usage}},
+    ]
+
+
+def prefilled_body(user: str, text: str = SENT) -> dict[str, Any]:
+    return {"model": "gpt-4o", "input": [{"role": "user", "content": user},
+                                         {"type": "message", "role": "assistant",
+                                          "content": [{"type": "output_text", "text": text}]}],
+            "stream": True}
+
+
+def lines_of(log: str, name: str) -> list[str]:
+    return [line for line in log.splitlines() if name in line]
+
+
+async def test_a_websocket_closed_after_output_is_finished_by_a_prefill_and_the_connection_lives_on(
+        primary: WsProvider, backup: WsProvider, dump: Mitmdump) -> None:
+    cut = cut_turn("resp_cut", [CLOSE])
+    primary.script(cut, full_answer_turn("resp_more", WHOLE[len(SENT):]),  # the POSTed prefill
+                   full_answer_turn("resp_next", "Second answer"))  # the next turn, on a new WebSocket
+    mark = dump.log_mark()
+    first = create("hi")
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url(primary, "cont"), proxy=dump.proxy_url) as ws:
+            await ws.send_str(first)
+            got = await receive_turn(ws)
+            await ws.send_str(create("and then?", previous_response_id="resp_cut"))
+            second = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got[:5] == cut[:5]  # what the client had, exactly as sent
+    assert [json.loads(m) for m in got[5:]] == continued_messages("resp_cut", WHOLE[len(SENT):])
+    assert second == full_answer_turn("resp_next", "Second answer")
+    # the continuation asked the cut upstream over HTTP for the rest of the text the client has
+    assert [json.loads(body) for body in primary.posts] == [prefilled_body("hi")]
+    assert backup.posts == [] and backup.creates == []
+    # the next turn names the cut response: it is folded with the whole answer the client got
+    assert primary.creates[0] == first
+    assert json.loads(primary.creates[1]) == {
+        "type": "response.create", "model": "gpt-4o",
+        "input": [{"role": "user", "content": "hi"},
+                  {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": WHOLE}]},
+                  {"role": "user", "content": "and then?"}]}
+    assert primary.connections == 2
+    log = dump.wait_for_log("switchyard.websocket_closed", mark)
+    continued = lines_of(log, "switchyard.continued_after_cut")
+    assert len(continued) == 1, log
+    for part in ("route=ws-continue", "upstream=primary", "attempt=2", "strategy=prefill", f"chars_sent={len(SENT)}"):
+        assert part in continued[0], continued[0]
+    assert "switchyard.continuation_failed" not in log and "stream_cut_after_output" not in log
+    assert "turns=2" in lines_of(log, "switchyard.websocket_closed")[0]
+
+
+async def test_a_stall_after_output_is_regenerated_by_the_backup_when_the_primarys_regeneration_differs(
+        primary: WsProvider, backup: WsProvider, dump: Mitmdump) -> None:
+    cut = cut_turn("resp_stall", [3.0, event("response.output_text.delta", sequence_number=5,
+                                              item_id="msg_resp_stall", output_index=0, content_index=0,
+                                              delta="LATE TEXT")])
+    primary.script(cut, full_answer_turn("resp_other", "Hello, there! Something else entirely."))
+    backup.script(full_answer_turn("resp_again", WHOLE))
+    mark = dump.log_mark()
+    request = create("hi", store=False)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url(primary, "regen"), proxy=dump.proxy_url) as ws:
+            await ws.send_str(request)
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws, wait=2.5)  # nothing of the stalled answer, ever
+    assert got[:5] == cut[:5]
+    assert [json.loads(m) for m in got[5:]] == continued_messages("resp_stall", WHOLE[len(SENT):])
+    regenerate = {"model": "gpt-4o", "input": "hi", "store": False, "stream": True}  # the request as it was
+    assert [json.loads(body) for body in primary.posts] == [regenerate]
+    assert [json.loads(body) for body in backup.posts] == [regenerate]
+    assert backup.post_headers[0]["Authorization"] == "Bearer sk-backup-key"
+    log = dump.wait_for_log("switchyard.continued_after_cut", mark)
+    failed = lines_of(log, "switchyard.continuation_failed")
+    assert len(failed) == 1, log
+    for part in ("upstream=primary", "attempt=2", "strategy=regenerate",
+                 "the regenerated text differs (matched 7 of 10 characters)"):
+        assert part in failed[0], failed[0]
+    continued = lines_of(log, "switchyard.continued_after_cut")[0]
+    for part in ("route=ws-regenerate", "upstream=backup", "attempt=3", "strategy=regenerate"):
+        assert part in continued, continued
+
+
+async def test_when_no_continuation_finishes_the_answer_the_client_gets_the_close(
+        primary: WsProvider, backup: WsProvider, dump: Mitmdump) -> None:
+    cut = cut_turn("resp_lost", [CLOSE])
+    primary.script(cut, full_answer_turn("resp_x", "Goodbye."))
+    backup.script(full_answer_turn("resp_y", "Something else."))
+    mark = dump.log_mark()
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url(primary, "regen"), proxy=dump.proxy_url) as ws:
+            await ws.send_str(create("hi"))
+            got = [(await ws.receive(timeout=10)).data for _ in range(5)]
+            closing = await ws.receive(timeout=10)
+    assert got == cut[:5]
+    assert (closing.type, closing.data) == (aiohttp.WSMsgType.CLOSE, 1000)  # the original cut: the upstream's close
+    assert len(primary.posts) == 1 and len(backup.posts) == 1
+    log = dump.wait_for_log("switchyard.websocket_closed", mark)
+    assert len(lines_of(log, "switchyard.continuation_failed")) == 2
+    assert "switchyard.continued_after_cut" not in log
+
+
+@pytest.mark.parametrize("how", ["close", "stall"])
+async def test_a_route_without_continue_after_cut_ends_the_turn_as_before(
+        primary: WsProvider, backup: WsProvider, dump: Mitmdump, how: str) -> None:
+    cut = cut_turn("resp_plain", [CLOSE] if how == "close" else [3.0])
+    primary.script(cut)
+    mark = dump.log_mark()
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url(primary, "plain"), proxy=dump.proxy_url) as ws:
+            await ws.send_str(create("hi"))
+            got = [(await ws.receive(timeout=10)).data for _ in range(5)]
+            end = await ws.receive(timeout=10)
+    assert got == cut[:5]
+    if how == "close":
+        assert (end.type, end.data) == (aiohttp.WSMsgType.CLOSE, 1000)
+    else:
+        error = json.loads(end.data)
+        assert (error["type"], error["code"]) == ("error", "stream_stalled")
+    assert primary.posts == [] and backup.posts == [] and backup.creates == []
+    log = dump.wait_for_log("switchyard.websocket_closed" if how == "close" else "stream_cut_after_output", mark)
+    assert "switchyard.continued_after_cut" not in log and "continuation" not in log
+
+
+async def test_the_openai_sdk_gets_one_whole_answer_and_its_next_turn(
+        primary: WsProvider, backup: WsProvider, dump: Mitmdump) -> None:
+    primary.script(cut_turn("resp_sdk", [CLOSE]), full_answer_turn("resp_more", WHOLE[len(SENT):]),
+                   full_answer_turn("resp_sdk2", "Fine, thanks."))
+    client = openai.AsyncOpenAI(api_key="sk-test-ws", base_url=f"http://127.0.0.1:{primary.port}/cont/v1")
+    texts: list[str] = []
+    finals: list[Any] = []
+    async with (asyncio.timeout(20),
+                client.responses.connect(websocket_connection_options={"proxy": dump.proxy_url}) as connection):
+        for request, previous in (("hi", None), ("and you?", "resp_sdk")):
+            extra = {"previous_response_id": previous} if previous else {}
+            await connection.response.create(model="gpt-4o", input=request, **extra)  # type: ignore[arg-type]
+            text = ""
+            async for server_event in connection:
+                if server_event.type == "response.output_text.delta":
+                    text += server_event.delta
+                if server_event.type in TERMINAL:
+                    finals.append(server_event.response)  # type: ignore[union-attr]
+                    break
+            texts.append(text)
+    assert texts == [WHOLE, "Fine, thanks."]
+    assert finals[0].id == "resp_sdk" and finals[0].output_text == WHOLE
+    assert finals[0].output[0].id == "msg_resp_sdk"
+    assert [json.loads(body) for body in primary.posts] == [prefilled_body("hi")]
+    later = json.loads(primary.creates[1])
+    assert "previous_response_id" not in later
+    assert later["input"][1] == {"type": "message", "role": "assistant",
+                                 "content": [{"type": "output_text", "text": WHOLE}]}
