@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
 import pytest
+from mitmproxy import io
 
-from tests.support.mitm import Mitmdump, start_mitmdump
+from tests.support.mitm import Mitmdump, free_port, start_mitmdump
 from tests.support.ws_provider import CLOSE, WsProvider, event, full_answer_turn
 from tests.test_e2e_websocket import TERMINAL, assert_nothing_more, create, receive_turn
 
@@ -40,6 +43,12 @@ routes:
     upstreams:
       - {{name: primary, url: original}}
       - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
+  - name: ws-small
+    match: {{path: /small/v1/responses}}
+    staging_limit: 2KB
+    continue_after_cut: [regenerate]
+    upstreams:
+      - {{name: primary, url: original}}
   - name: ws-plain
     match: {{path: /plain/v1/responses}}
     upstreams:
@@ -278,3 +287,157 @@ async def test_the_openai_sdk_gets_one_whole_answer_and_its_next_turn(
     assert "previous_response_id" not in later
     assert later["input"][1] == {"type": "message", "role": "assistant",
                                  "content": [{"type": "output_text", "text": WHOLE}]}
+
+
+async def test_reasoning_the_client_got_whole_is_carried_back_and_kept_in_its_answer(
+        primary: WsProvider, backup: WsProvider, dump: Mitmdump) -> None:
+    """How Codex's models answer: a finished reasoning item, then the text.  The prefill
+    carries the item back (its encrypted content: `store: false`); the continuation's
+    own reasoning never reaches the client; the next turn gets the whole answer."""
+    thought = {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "Greeting."}],
+               "encrypted_content": "gAAAAB-thought"}
+    response = {"id": "resp_r", "object": "response", "status": "in_progress", "output": []}
+    where = {"item_id": "msg_r", "output_index": 1, "content_index": 0}
+    cut = [
+        event("response.created", sequence_number=0, response=response),
+        event("response.output_item.added", sequence_number=1, output_index=0, item={**thought, "summary": []}),
+        event("response.output_item.done", sequence_number=2, output_index=0, item=thought),
+        event("response.output_item.added", sequence_number=3, output_index=1,
+              item={"id": "msg_r", "type": "message", "role": "assistant", "status": "in_progress", "content": []}),
+        event("response.content_part.added", sequence_number=4, **where,
+              part={"type": "output_text", "text": "", "annotations": []}),
+        event("response.output_text.delta", sequence_number=5, **where, delta=SENT),
+        CLOSE,
+    ]
+    again = {"id": "rs_2", "type": "reasoning", "summary": [], "encrypted_content": "gAAAAB-again"}
+    theirs = {"item_id": "msg_c", "output_index": 1, "content_index": 0}
+    rest = WHOLE[len(SENT):]
+    part = {"type": "output_text", "text": rest, "annotations": []}
+    item = {"id": "msg_c", "type": "message", "role": "assistant", "status": "completed", "content": [part]}
+    continuation = [
+        event("response.created", sequence_number=0, response={**response, "id": "resp_c"}),
+        event("response.output_item.added", sequence_number=1, output_index=0, item=again),
+        event("response.output_item.done", sequence_number=2, output_index=0, item=again),
+        event("response.output_item.added", sequence_number=3, output_index=1, item={**item, "content": []}),
+        event("response.content_part.added", sequence_number=4, **theirs, part={**part, "text": ""}),
+        event("response.output_text.delta", sequence_number=5, **theirs, delta=rest),
+        event("response.output_text.done", sequence_number=6, **theirs, text=rest),
+        event("response.content_part.done", sequence_number=7, **theirs, part=part),
+        event("response.output_item.done", sequence_number=8, output_index=1, item=item),
+        event("response.completed", sequence_number=9,
+              response={**response, "id": "resp_c", "status": "completed", "output": [again, item]}),
+    ]
+    primary.script(cut, continuation, full_answer_turn("resp_next", "Next."))
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url(primary, "cont"), proxy=dump.proxy_url) as ws:
+            await ws.send_str(create("hi", store=False, include=["reasoning.encrypted_content"]))
+            got = await receive_turn(ws)
+            await ws.send_str(create("next", store=False, previous_response_id="resp_r"))
+            assert await receive_turn(ws) == full_answer_turn("resp_next", "Next.")
+    whole_part = {**part, "text": WHOLE}
+    whole_item = {**item, "id": "msg_r", "content": [whole_part]}
+    assert got[:6] == cut[:6]
+    assert [json.loads(m) for m in got[6:]] == [
+        {"type": "response.output_text.delta", "sequence_number": 6, **where, "delta": rest},
+        {"type": "response.output_text.done", "sequence_number": 7, **where, "text": WHOLE},
+        {"type": "response.content_part.done", "sequence_number": 8, **where, "part": whole_part},
+        {"type": "response.output_item.done", "sequence_number": 9, "output_index": 1, "item": whole_item},
+        {"type": "response.completed", "sequence_number": 10,
+         "response": {**response, "status": "completed", "output": [thought, whole_item]}},
+    ]
+    carried = {"type": "reasoning", "id": "rs_1", "summary": thought["summary"], "encrypted_content": "gAAAAB-thought"}
+    assert [json.loads(body) for body in primary.posts] == [{
+        "model": "gpt-4o", "store": False, "include": ["reasoning.encrypted_content"], "stream": True,
+        "input": [{"role": "user", "content": "hi"}, carried,
+                  {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": SENT}]}]}]
+    assert json.loads(primary.creates[1])["input"] == [
+        {"role": "user", "content": "hi"}, carried,
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": WHOLE}]},
+        {"role": "user", "content": "next"}]
+
+
+async def test_an_answer_longer_than_the_staging_limit_is_not_continued(
+        primary: WsProvider, backup: WsProvider, dump: Mitmdump) -> None:
+    """What the client got of a turn is kept only up to `staging_limit`: past it, the
+    cut is the final word, and nothing is asked."""
+    long = cut_turn("resp_long", [CLOSE])
+    long[4] = event("response.output_text.delta", sequence_number=4, item_id="msg_resp_long", output_index=0,
+                    content_index=0, delta="x" * 3000)
+    primary.script(long)
+    mark = dump.log_mark()
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url(primary, "small"), proxy=dump.proxy_url) as ws:
+            await ws.send_str(create("hi"))
+            got = [(await ws.receive(timeout=10)).data for _ in range(5)]
+            closing = await ws.receive(timeout=10)
+    assert got == long[:5]
+    assert (closing.type, closing.data) == (aiohttp.WSMsgType.CLOSE, 1000)
+    assert primary.posts == []
+    log = dump.wait_for_log("switchyard.not_continued", mark)
+    line = lines_of(log, "switchyard.not_continued")[0]
+    assert "route=ws-small" in line and "staging_limit" in line, line
+
+
+async def test_the_flow_story_mitmweb_and_status_say_who_continued_each_turn(
+        primary: WsProvider, backup: WsProvider, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES.format(backup=backup.http_url))
+    saved = tmp_path / "flows"
+    web = start_mitmdump(rules, tmp_path / "mitmdump.log", web=True,
+                         extra_args=["-w", str(saved), "--set", "web_open_browser=false",
+                                     "--set", f"web_port={free_port()}"])
+    primary.script(cut_turn("resp_a", [CLOSE]), full_answer_turn("resp_more", WHOLE[len(SENT):]),
+                   cut_turn("resp_b", [CLOSE]), full_answer_turn("resp_x", "Goodbye."))
+    backup.script(full_answer_turn("resp_y", "Something else."))
+    try:
+        mark = web.log_mark()
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(url(primary, "cont"), proxy=web.proxy_url) as ws:
+                await ws.send_str(create("one"))
+                await receive_turn(ws)  # continued
+            async with session.ws_connect(url(primary, "regen"), proxy=web.proxy_url) as ws:
+                await ws.send_str(create("two"))
+                while (await ws.receive(timeout=10)).type is aiohttp.WSMsgType.TEXT:
+                    pass  # cut: the client gets the close
+        await asyncio.to_thread(web.wait_for_log, "switchyard.websocket_closed", mark, 10.0, 2)
+        status = (await asyncio.to_thread(web_call, web, "POST", "/commands/switchyard.status",
+                                          {"arguments": []}))["value"]
+        flows = await asyncio.to_thread(web_call, web, "GET", "/flows")
+    finally:
+        web.stop()
+    assert ("websocket: connections=2, turns=2, retries_answered=0, fallbacks=0, suppressed_failovers=0, "
+            "continued_after_cut=1, continuations_failed=1") in status
+    attempts = sorted(f["comment"] for f in flows if f.get("comment", "").startswith("attempt "))
+    assert attempts == [
+        "attempt 2 (ws-continue): primary: prefill continuation: 200 → continued; request body omitted",
+        "attempt 2 (ws-regenerate): primary: regenerate continuation: 200 the regenerated text differs "
+        "(matched 0 of 10 characters) → continuation_failed; request body omitted",
+        "attempt 3 (ws-regenerate): backup: regenerate continuation: 200 the regenerated text differs "
+        "(matched 0 of 10 characters) → continuation_failed; request body omitted",
+    ]
+    with saved.open("rb") as file:
+        stories = [(flow.comment, flow.metadata["switchyard"]) for flow in io.FlowReader(file).stream()
+                   if flow.websocket]
+    (continued_comment, continued), (failed_comment, failed) = stories
+    cut = "primary: upstream closed the WebSocket after output (code 1000)"
+    assert continued_comment == f"turn 1: {cut} → primary continued it (prefill)"
+    assert failed_comment == f"turn 1: {cut} → 2 continuation(s) failed"
+    turn = continued["turns"][0]
+    assert (turn["upstream"], turn["transport"], turn["outcome"]) == ("primary", "websocket", "continued")
+    assert [(a["upstream"], a["outcome"], a["continuation"]) for a in turn["attempts"]] == [
+        ("primary", "committed", None), ("primary", "continued", "prefill")]
+    turn = failed["turns"][0]
+    assert [(a["upstream"], a["outcome"], a["continuation"]) for a in turn["attempts"]] == [
+        ("primary", "committed", None), ("primary", "continuation_failed", "regenerate"),
+        ("backup", "continuation_failed", "regenerate")]
+
+
+def web_call(web: Mitmdump, method: str, path: str, data: object = None) -> Any:
+    base, _, token = web.web_url.partition("?")
+    xsrf = "0123456789abcdef0123456789abcdef"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(
+        f"{base.rstrip('/')}{path}?{token}", method=method, data=None if data is None else json.dumps(data).encode(),
+        headers={"X-XSRFToken": xsrf, "Cookie": f"_mitmproxy_xsrf={xsrf}", "Content-Type": "application/json"})
+    with opener.open(request, timeout=10) as answer:
+        return json.loads(answer.read())
