@@ -43,6 +43,11 @@ routes:
     upstreams:
       - {{name: primary, url: original}}
       - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
+  - name: ws-over-http
+    match: {{path: /overhttp/v1/responses}}
+    continue_after_cut: [prefill]
+    upstreams:
+      - {{name: primary, url: original, websocket: false, prefill: true}}
   - name: ws-small
     match: {{path: /small/v1/responses}}
     staging_limit: 2KB
@@ -181,10 +186,36 @@ async def test_a_websocket_closed_after_output_is_finished_by_a_prefill_and_the_
     log = dump.wait_for_log("switchyard.websocket_closed", mark)
     continued = lines_of(log, "switchyard.continued_after_cut")
     assert len(continued) == 1, log
-    for part in ("route=ws-continue", "upstream=primary", "attempt=2", "strategy=prefill", f"chars_sent={len(SENT)}"):
+    for part in ("route=ws-continue", "upstream=primary", "attempt=2", "strategy=prefill", f"chars_sent={len(SENT)}",
+                 "transport=websocket turn=1"):
         assert part in continued[0], continued[0]
     assert "switchyard.continuation_failed" not in log and "stream_cut_after_output" not in log
     assert "turns=2" in lines_of(log, "switchyard.websocket_closed")[0]
+
+
+async def test_a_turn_answered_over_http_sse_and_cut_is_finished_the_same_way(
+        primary: WsProvider, backup: WsProvider, dump: Mitmdump) -> None:
+    """An upstream asked over HTTP for the client's WebSocket turns (`websocket: false`):
+    its stream ends early, and the prefill's events reach the client as messages."""
+    cut = cut_turn("resp_h", [CLOSE])  # over HTTP: the stream ends there
+    primary.script(cut, full_answer_turn("resp_more", WHOLE[len(SENT):]), full_answer_turn("resp_h2", "Again."))
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url(primary, "overhttp"), proxy=dump.proxy_url) as ws:
+            await ws.send_str(create("hi"))
+            got = await receive_turn(ws)
+            await ws.send_str(create("more", previous_response_id="resp_h"))
+            second = await receive_turn(ws)
+    assert got[:5] == cut[:5]
+    assert [json.loads(m) for m in got[5:]] == continued_messages("resp_h", WHOLE[len(SENT):])
+    assert second == full_answer_turn("resp_h2", "Again.")
+    assert primary.creates == []
+    asked, prefill, later = (json.loads(body) for body in primary.posts)
+    assert asked == {"model": "gpt-4o", "input": "hi", "stream": True}
+    assert prefill == prefilled_body("hi")
+    assert later == {"model": "gpt-4o", "stream": True, "input": [
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": WHOLE}]},
+        {"role": "user", "content": "more"}]}
 
 
 async def test_a_stall_after_output_is_regenerated_by_the_backup_when_the_primarys_regeneration_differs(
@@ -375,7 +406,7 @@ async def test_an_answer_longer_than_the_staging_limit_is_not_continued(
     assert primary.posts == []
     log = dump.wait_for_log("switchyard.not_continued", mark)
     line = lines_of(log, "switchyard.not_continued")[0]
-    assert "route=ws-small" in line and "staging_limit" in line, line
+    assert "route=ws-small" in line and "staging_limit" in line and "transport=websocket turn=1" in line, line
 
 
 async def test_the_flow_story_mitmweb_and_status_say_who_continued_each_turn(
