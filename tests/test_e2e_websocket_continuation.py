@@ -54,11 +54,18 @@ routes:
     continue_after_cut: [regenerate]
     upstreams:
       - {{name: primary, url: original}}
+  - name: ws-reset
+    match: {{path: /reset/v1/responses}}
+    continue_after_cut: [prefill]
+    upstreams:
+      - {{name: primary, url: original, prefill: true}}
   - name: ws-plain
     match: {{path: /plain/v1/responses}}
     upstreams:
       - {{name: primary, url: original}}
       - {{name: backup, url: "{backup}"}}
+faults:
+  - {{route: ws-reset, upstream: primary, kind: reset, after_frames: 5}}
 """
 
 WHOLE = "Hello, world! How are you today?"
@@ -216,6 +223,26 @@ async def test_a_turn_answered_over_http_sse_and_cut_is_finished_the_same_way(
         {"role": "user", "content": "hi"},
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": WHOLE}]},
         {"role": "user", "content": "more"}]}
+
+
+async def test_a_connection_broken_after_output_is_finished_too(
+        primary: WsProvider, backup: WsProvider, dump: Mitmdump) -> None:
+    """A `reset` fault breaks the upstream socket off after five messages (no close
+    frame): without continuation the client's WebSocket would end with 1011."""
+    whole = full_answer_turn("resp_reset", WHOLE)
+    primary.script(cut_turn("resp_reset", [0.2, *whole[3:]]), full_answer_turn("resp_more", WHOLE[len(SENT):]))
+    mark = dump.log_mark()
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url(primary, "reset"), proxy=dump.proxy_url) as ws:
+            await ws.send_str(create("hi"))
+            got = await receive_turn(ws)
+            await assert_nothing_more(ws)
+    assert got[:5] == cut_turn("resp_reset", [])
+    assert [json.loads(m) for m in got[5:]] == continued_messages("resp_reset", WHOLE[len(SENT):])
+    assert [json.loads(body) for body in primary.posts] == [prefilled_body("hi")]
+    log = dump.wait_for_log("switchyard.continued_after_cut", mark)
+    assert "kind=reset" in log
+    assert "route=ws-reset upstream=primary attempt=2 strategy=prefill" in log
 
 
 async def test_a_stall_after_output_is_regenerated_by_the_backup_when_the_primarys_regeneration_differs(
