@@ -11,6 +11,13 @@ A turn that may not be re-sent (an earlier turn of the connection produced
 output) gets one attempt, on the connection's upstream, through a gate that
 is open from the start: its messages pass as they come, and failures in them
 are still recognised, logged and have their capacity codes rewritten.
+
+An answer cut after output (the upstream's socket closed or broke inside it,
+or went silent past `idle_timeout_s`) is finished by the loop's
+`Continuation` where the route asks for one: the turn keeps a transcript of the
+messages the client got, the continuation is asked over HTTP SSE (the cut
+socket is gone, and a new one would hold nothing it could use), its re-framed
+events reach the client through `TurnSink`, and the turn ends normally.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ class WebSocketSession:
                          turns=len(turns), upstream=self.story.get("upstream"),
                          failed_attempts=sum(1 for t in turns for a in t.get("attempts", ())
                                              if a["outcome"] not in ("committed", "passed_through")
-                                         and not a.get("continuation")))
+                                             and not a.get("continuation")))
 
     def _from_client(self, message: str | bytes) -> None:
         body = parse_create(message) if isinstance(message, str) else None
