@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
-from mitmproxy import io
+from mitmproxy import http, io
 
 from tests.support.mitm import Mitmdump, free_port, start_mitmdump
 from tests.support.ws_provider import CLOSE, WsProvider, event, full_answer_turn
@@ -474,9 +474,10 @@ async def test_the_flow_story_mitmweb_and_status_say_who_continued_each_turn(
         "(matched 0 of 10 characters) → continuation_failed; request body omitted",
     ]
     with saved.open("rb") as file:
-        stories = [(flow.comment, flow.metadata["switchyard"]) for flow in io.FlowReader(file).stream()
-                   if flow.websocket]
-    (continued_comment, continued), (failed_comment, failed) = stories
+        stories = [(flow.comment, flow.marked, flow.metadata["switchyard"]) for flow in io.FlowReader(file).stream()
+                   if isinstance(flow, http.HTTPFlow) and flow.websocket]
+    (continued_comment, continued_mark, continued), (failed_comment, failed_mark, failed) = stories
+    assert (continued_mark, failed_mark) == (":arrows_counterclockwise:", ":warning:")
     cut = "primary: upstream closed the WebSocket after output (code 1000)"
     assert continued_comment == f"turn 1: {cut} → primary continued it (prefill)"
     assert failed_comment == f"turn 1: {cut} → 2 continuation(s) failed"
