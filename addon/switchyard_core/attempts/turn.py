@@ -357,7 +357,8 @@ class TurnLoop(AttemptLoop):
                 # nothing of it can be taken for the next attempt's
                 self.session.drop(link)
             self.turn.response_id = None
-            self.end.last_messages = held
+            # forwarded should every later attempt fail, when the socket is another upstream's
+            self.end.last_messages = [m if isinstance(m, Binary) else redact_bytes(m, attempt.secrets) for m in held]
             return failed
         # the last possible attempt: the client gets it as the upstream sent it
         attempt.record.reached("forwarded")
