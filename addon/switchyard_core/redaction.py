@@ -12,6 +12,7 @@ environment also in what it passes on from an upstream.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from urllib.parse import unquote_plus, urlsplit
@@ -88,8 +89,14 @@ def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable
 
 def env_secrets(upstream: Upstream) -> tuple[bytes, ...]:
     """What the upstream's `${VAR}`s were filled with, as bytes: an upstream may echo its
-    own key ("Incorrect API key provided: sk-..."), and what it sends is passed on."""
-    return tuple(value.encode("utf-8", "surrogateescape") for value in _longest_first(upstream.env_values))
+    own key ("Incorrect API key provided: sk-..."), and what it sends is passed on.  Each
+    also as JSON strings write it (`\\u00e9`, `\\"`, `\\\\`, and `\\/` as some encoders do):
+    an echo is usually inside one."""
+    found = set()
+    for value in _longest_first(upstream.env_values):
+        for written in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
+            found |= {written, written.replace("/", "\\/")}
+    return tuple(sorted((written.encode("utf-8", "surrogateescape") for written in found), key=len, reverse=True))
 
 
 def redact_bytes(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
