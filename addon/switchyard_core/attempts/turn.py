@@ -266,8 +266,9 @@ class TurnLoop(AttemptLoop):
                 async with asyncio.timeout(wait):
                     item = await inbox.get()
             except TimeoutError:
-                if turn.output and wait is not None and time.monotonic() - self.session.last_passed < wait:
-                    continue  # the hot path passed messages meanwhile: not silent
+                if turn.output and wait is not None and (self.session.held_for_client
+                                                         or time.monotonic() - self.session.last_passed < wait):
+                    continue  # the hot path passed messages meanwhile, or the client holds it back: not silent
                 return self._silent(attempt, link, failed_after_output, deadline)
             if isinstance(item, Closed):
                 if not gate.committed:

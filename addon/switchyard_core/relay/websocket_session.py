@@ -77,6 +77,7 @@ class WebSocketSession:
         self._fault: FaultyMessages | None = None  # the attempt's fault, until it fires (see receive)
         self._plain: Callable[[bytes], bool] | None = None  # see pass_plain_content
         self.last_passed = 0.0  # when the hot path last passed a message (the turn's idle bound counts it)
+        self.held_for_client = False  # the client is not reading: the upstream is held (see _hold_upstream)
         self._http_only: set[str] = set()
         self._rewrite = False  # what the last turn left is after output: capacity codes rewritten
         self._turns = 0
@@ -167,7 +168,11 @@ class WebSocketSession:
             self._task.cancel()  # a turn in progress is nobody's now
 
     def _hold_upstream(self, paused: bool) -> None:
-        """While mitmproxy is not reading, neither is the upstream socket."""
+        """While mitmproxy is not reading, neither is the upstream socket (and its quiet
+        meanwhile is no stall: the turn's idle bound counts from when the client reads again)."""
+        self.held_for_client = paused
+        if not paused:
+            self.last_passed = time.monotonic()
         link = self._link
         if link is not None and link.transport is not None and not link.transport.is_closing():
             if paused:
