@@ -107,7 +107,8 @@ class TurnSink:
         self.session.to_client(websocket_error(status, body) if status >= 300 else body)
 
     def pace(self, producer: Body | None) -> None:
-        """Messages are small and few: the upstream is not held back for the client."""
+        """While the client reads nothing, the HTTP answer is held back as a socket's is."""
+        self.session.pace(producer)
 
     def abort(self) -> None:
         self.session.break_client("upstream answer broke off")

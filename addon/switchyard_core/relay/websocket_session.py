@@ -33,6 +33,7 @@ from ..attempts.turn import TRANSPORT, Turn, TurnLoop, narrowed
 from ..exchange import Exchange, OriginalRequest
 from ..redaction import env_secrets, redact_bytes
 from ..rules import Upstream
+from ..upstreams.body import Body
 from ..upstreams.client import UpstreamClient
 from ..upstreams.messages import UpstreamRequest
 from ..upstreams.websocket import Binary, Closed, UpstreamSocket, open_socket
@@ -78,6 +79,7 @@ class WebSocketSession:
         self._plain: Callable[[bytes], bool] | None = None  # see pass_plain_content
         self.last_passed = 0.0  # when the hot path last passed a message (the turn's idle bound counts it)
         self.held_for_client = False  # the client is not reading: the upstream is held (see _hold_upstream)
+        self._producer: Body | None = None  # a turn's HTTP answer being passed on (see pace)
         self._http_only: set[str] = set()
         self._rewrite = False  # what the last turn left is after output: capacity codes rewritten
         self._turns = 0
@@ -173,12 +175,20 @@ class WebSocketSession:
         self.held_for_client = paused
         if not paused:
             self.last_passed = time.monotonic()
+        if self._producer is not None:
+            self._producer.hold(paused)
         link = self._link
         if link is not None and link.transport is not None and not link.transport.is_closing():
             if paused:
                 link.transport.pause_reading()
             else:
                 link.transport.resume_reading()
+
+    def pace(self, producer: Body | None) -> None:
+        """A turn's HTTP answer, held back while the client reads nothing (None: it ended)."""
+        self._producer = producer
+        if producer is not None and self.held_for_client:
+            producer.hold(True)
 
     def _forward(self, message: str | bytes) -> None:
         """A client message that starts no turn: to the connection's upstream socket."""
