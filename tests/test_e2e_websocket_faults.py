@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
+from websockets.exceptions import ConnectionClosedError
 
 from tests.support.mitm import Mitmdump, free_port, start_mitmdump
 from tests.support.ws_provider import WsProvider, answer_turn
@@ -375,3 +376,23 @@ async def test_a_fault_still_in_the_file_keeps_firing_on_a_websocket_opened_befo
         dump.stop()
     assert got[:5] == first[:5] and json.loads(got[5])["type"] == "error"
     assert got_second[:5] == second[:5] and json.loads(got_second[5])["type"] == "error"
+
+
+async def test_the_openai_sdk_sees_a_reset_after_output_as_a_broken_connection_not_an_end(
+        primary: WsProvider, backup: WsProvider, faulty: Mitmdump) -> None:
+    """`client.responses.connect()` (the `websockets` library beneath): the 1011 close
+    is raised from the iteration, after the real events, where a clean close would have
+    ended it quietly as if the answer were whole."""
+    real = answer_turn("resp_sdk_reset")
+    primary.script(real)
+    client = openai.AsyncOpenAI(api_key="sk-test-ws", base_url=url(primary, "after-reset").removesuffix("/responses"))
+    types: list[str] = []
+    with pytest.raises(ConnectionClosedError) as raised:
+        async with (asyncio.timeout(20),
+                    client.responses.connect(websocket_connection_options={"proxy": faulty.proxy_url}) as connection):
+            await connection.response.create(model="gpt-4o", input="hi")
+            async for server_event in connection:
+                types.append(server_event.type)
+    assert types == [json.loads(m)["type"] for m in real[:5]]
+    assert raised.value.rcvd is not None and raised.value.rcvd.code == 1011
+    assert len(primary.creates) == 1 and backup.creates == []
