@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from tests.support.mitm import start_mitmdump
-from tests.support.ws_provider import CLOSE, WsProvider, event
+from tests.support.ws_provider import CLOSE, WsProvider, answer_turn, event
 from tests.test_e2e_websocket import create, receive_turn
 
 RULES = """\
@@ -66,3 +66,26 @@ async def test_a_failure_that_echoes_the_primarys_key_is_forwarded_redacted_afte
     assert backup.connections == 1  # it was tried, and closed
     assert got == [message.replace(KEY, "[redacted]") for message in refusal]
     assert KEY not in log
+
+
+async def test_the_upstreams_own_key_in_a_binary_message_reaches_the_client_redacted_and_binary(
+        primary: WsProvider, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES.format(backup=primary.http_url))
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", env={"SWY_PRIMARY_KEY": KEY})
+    answer = answer_turn("resp_bin")
+    binary = b"\x00\x01 key=" + KEY.encode() + b" \xff"
+    primary.script([*answer[:5], binary, *answer[5:]])
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(primary.proxied_url, proxy=dump.proxy_url) as ws:
+                await ws.send_str(create("hi"))
+                got = []
+                while len(got) < len(answer) + 1:
+                    msg = await ws.receive(timeout=10)
+                    got.append((msg.type, msg.data))
+    finally:
+        dump.stop()
+    text, binary_type = aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY
+    assert got == [*[(text, m) for m in answer[:5]], (binary_type, binary.replace(KEY.encode(), b"[redacted]")),
+                   *[(text, m) for m in answer[5:]]]

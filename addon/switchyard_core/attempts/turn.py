@@ -45,7 +45,8 @@ from ..upstreams.messages import (
     secret_header_names,
     transport_failure,
 )
-from ..upstreams.websocket import NOT_A_WEBSOCKET, Binary, Closed, Refused, UpstreamSocket, websocket_url
+from ..upstreams.websocket import (NOT_A_WEBSOCKET, Binary, Closed, Refused, UpstreamSocket, redact_message,
+                                   websocket_url)
 from .carry import is_warm_up, response_id
 from .endings import Endings
 from .faulty_messages import FaultyMessages
@@ -360,7 +361,7 @@ class TurnLoop(AttemptLoop):
                 self.session.drop(link)
             self.turn.response_id = None
             # forwarded should every later attempt fail, when the socket is another upstream's
-            self.end.last_messages = [m if isinstance(m, Binary) else redact_bytes(m, attempt.secrets) for m in held]
+            self.end.last_messages = [redact_message(message, attempt.secrets) for message in held]
             return failed
         # the last possible attempt: the client gets it as the upstream sent it
         attempt.record.reached("forwarded")

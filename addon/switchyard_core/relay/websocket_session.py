@@ -31,12 +31,12 @@ from ..attempts.carry import as_http_body, as_message, fold, is_warm_up, parse_c
 from ..attempts.faulty_messages import FaultStep, FaultyMessages
 from ..attempts.turn import TRANSPORT, Turn, TurnLoop, narrowed
 from ..exchange import Exchange, OriginalRequest
-from ..redaction import env_secrets, redact_bytes
+from ..redaction import env_secrets
 from ..rules import Upstream
 from ..upstreams.body import Body
 from ..upstreams.client import UpstreamClient
 from ..upstreams.messages import UpstreamRequest
-from ..upstreams.websocket import Binary, Closed, UpstreamSocket, open_socket
+from ..upstreams.websocket import Binary, Closed, UpstreamSocket, open_socket, redact_message
 from .websocket_server import UNSENDABLE_CLOSE, ClientSocket
 
 if TYPE_CHECKING:
@@ -387,11 +387,9 @@ class WebSocketSession:
     # --- the client's side -----------------------------------------------------------
 
     def to_client(self, message: bytes) -> None:
-        """A message for the client; an upstream's own `${VAR}` values in it are
-        redacted (a message is whole: no value is split across two)."""
-        if self._secrets and not isinstance(message, Binary):
-            message = redact_bytes(message, self._secrets)
-        self.client.send(message)
+        """A message for the client, text or binary; an upstream's own `${VAR}` values in
+        it are redacted (a message is whole: no value is split across two)."""
+        self.client.send(redact_message(message, self._secrets))
 
     def break_client(self, why: str) -> None:
         self.client.failed(why)
