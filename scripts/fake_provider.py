@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""A fake LLM provider on loopback: Chat Completions, Responses and Anthropic Messages.
+"""A fake LLM provider on loopback: Chat Completions, Responses, Anthropic Messages, Gemini.
 
 Every upstream is a path prefix: `http://127.0.0.1:PORT/<name>/v1/chat/completions`,
-`/<name>/v1/responses`, `/<name>/v1/messages`.  It answers normally (text that
-names the upstream) unless told to fail:
+`/<name>/v1/responses`, `/<name>/v1/messages`,
+`/<name>/v1beta/models/<model>:streamGenerateContent`.  It answers normally (text
+that names the upstream) unless told to fail:
 
     scripts/fake_provider.py --port 9100 --port 9101 --fail primary=sse_503:2
 
 makes the first two streaming-API requests to `/primary/...` (POST to
-chat/completions, responses or messages) answer HTTP 200 with a first-frame 503
-error in the API's own shape; COUNT `always` fails every one.  Other requests
+chat/completions, responses, messages or a Gemini model's :streamGenerateContent)
+answer HTTP 200 with a first-frame 503 error in the API's own shape; COUNT
+`always` fails every one.  Other requests
 never use a failure up: HEAD gets headers without a body, GET .../models a model
-list, POST .../count_tokens a token count.
+list, POST .../count_tokens a token count, a GET of an API's path (a WebSocket
+upgrade too: these ports speak HTTP only, see --ws) a 405.
 
 Failure kinds:
   sse_503, sse_429, sse_529  HTTP 200, then an error as the first frame (Anthropic's
@@ -64,16 +67,17 @@ sys.path.insert(0, str(ROOT))
 from aiohttp import web  # noqa: E402
 
 from tests.support import wire  # noqa: E402
-from tests.support.fake_provider import FAILURES, FakeProvider, failing_reply  # noqa: E402
+from tests.support.fake_provider import FAILURES, STREAMING_PATHS, FakeProvider, failing_reply  # noqa: E402
 from tests.support.ws_provider import WsProvider, overload_turn  # noqa: E402
 
-API_PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 ALWAYS = -1
 
 
 def is_api_request(method: str, path: str) -> bool:
-    """A request a scripted failure is for: a POST to a streaming API's path."""
-    return method == "POST" and any(path.endswith(api) for api in API_PATHS)
+    """A request a scripted failure is for: a POST to a streaming API's path (Gemini's:
+    `:streamGenerateContent`; its `:generateContent`, such as Gemini CLI's model router
+    asks first, is answered)."""
+    return method == "POST" and (path.endswith(STREAMING_PATHS) or path.endswith(":streamGenerateContent"))
 
 
 class ScriptedByApi(FakeProvider):

@@ -14,6 +14,7 @@ Switchyard log lines as they come, until Ctrl-C.  Any API key works.
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import tempfile
@@ -26,7 +27,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from fake_provider import ALWAYS, ScriptedByApi, parse_failure  # noqa: E402
 from tests.support.fake_provider import FAILURES  # noqa: E402
-from tests.support.mitm import free_port, start_mitmdump  # noqa: E402
+from tests.support.mitm import Mitmdump, free_port, start_mitmdump  # noqa: E402
 
 RULES = """\
 # Written by scripts/try: the fake provider's primary (this listener's reverse target)
@@ -49,7 +50,27 @@ routes:
     upstreams:
       - {{name: primary, url: original}}
       - {{name: backup, url: "http://127.0.0.1:{backup}/backup/v1/messages"}}
+  - name: try-gemini
+    match: {{path: "/primary/v1*/models/*"}}
+    upstreams:
+      - {{name: primary, url: original}}
+      - {{name: backup, url: "http://127.0.0.1:{backup}/backup/v1beta/models/gemini-2.5-flash:streamGenerateContent"}}
 """
+
+
+# a Switchyard event as mitmdump prints it: "[00:01:47.771] switchyard.attempt_failed ...";
+# not mitmproxy's own lines that merely name the addon ("Loading script .../switchyard.py")
+EVENT = re.compile(r"^\[[^\]]*\] switchyard\.")
+
+
+def _listening(dump: Mitmdump, count: int) -> bool:
+    """Whether mitmdump came up with all its listeners (bounded); False as soon as it exits."""
+    deadline = time.monotonic() + 30
+    while dump.log().count("listening at") < count:
+        if dump.process.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _interrupt(*_: object) -> None:
@@ -68,7 +89,7 @@ def main() -> None:
     try:
         name, (kind, count) = parse_failure(f"primary={args.fail}")
     except argparse.ArgumentTypeError as exc:
-        parser.error(str(exc).replace("--fail NAME=", "--fail "))
+        parser.error(str(exc).replace("--fail NAME=", "--fail ").replace("--fail primary=", "--fail "))
     signal.signal(signal.SIGTERM, _interrupt)
 
     provider = ScriptedByApi({name: (kind, count)})
@@ -81,8 +102,13 @@ def main() -> None:
     port = args.port or free_port()
     web = ["--set", f"web_port={free_port()}", "--set", "web_open_browser=false"] if args.web else []
     dump = start_mitmdump(rules, log, extra_args=["--mode", f"reverse:http://127.0.0.1:{provider.ports[0]}@{port}",
-                                                  *web], web=args.web)
-    dump.wait_for_log("listening at", count=3 if args.web else 2, timeout_s=30)  # the reverse listener too
+                                                  *web], web=args.web, wait=False)
+    if not _listening(dump, count=3 if args.web else 2):  # its proxy, the reverse listener, mitmweb's UI
+        dump.stop()
+        provider.stop()
+        said = [line for line in dump.log().splitlines() if not EVENT.match(line) and "Loading script" not in line
+                and "listening at" not in line]
+        sys.exit("scripts/try: mitmdump did not start:\n" + "\n".join(said[-10:]) + f"\n(its log: {log})")
     base = f"http://127.0.0.1:{port}/primary"
     times = "every streaming request" if count == ALWAYS else f"the first {count} streaming request(s)"
     print(f"""\
@@ -91,9 +117,12 @@ Switchyard (reverse mode) is in front of it. Give your client this base URL (any
 
   OpenAI-style clients (openai SDK, llm, Codex CLI's provider base_url):  {base}/v1
   Anthropic-style clients (anthropic SDK, Claude Code's ANTHROPIC_BASE_URL): {base}
+  Gemini clients (google-genai's base_url, Gemini CLI's GOOGLE_GEMINI_BASE_URL): {base}
 
   e.g.  OPENAI_BASE_URL={base}/v1 OPENAI_API_KEY=sk-test python my_agent.py
         ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=sk-test claude -p "Say hello"
+        GOOGLE_GEMINI_BASE_URL={base} GEMINI_API_KEY=test gemini --skip-trust -p "Say hello"
+          (Gemini CLI: with {{"security": {{"auth": {{"selectedType": "gemini-api-key"}}}}}} in ~/.gemini/settings.json)
 
 Without Switchyard (to see what your client does on its own): {provider.url("primary", "")} (+ /v1 for OpenAI-style)
 Rules: {rules}
@@ -106,20 +135,32 @@ decision=next_upstream and switchyard.fallback_answered upstream=backup; your cl
 backup's answer ("Hello from backup, all good."). Ctrl-C to stop.
 """, flush=True)
     shown = 0
+
+    def show_new_events() -> None:
+        nonlocal shown
+        lines = dump.log().split("\n")[:-1]  # whole lines only: the last may be half-written
+        for line in lines[shown:]:
+            if EVENT.match(line):
+                print(line, flush=True)
+        shown = len(lines)
+
+    failed = False
     try:
         while dump.process.poll() is None:
-            lines = dump.log().splitlines()
-            for line in lines[shown:]:
-                if "switchyard." in line:
-                    print(line, flush=True)
-            shown = len(lines)
+            show_new_events()
             time.sleep(0.2)
-        print(f"mitmdump exited ({dump.process.returncode}); its log: {log}", file=sys.stderr)
+        show_new_events()
+        # a terminal's Ctrl-C reaches mitmdump too, which may stop first: that is no failure
+        if dump.process.returncode != 0:
+            failed = True
+            print(f"mitmdump exited ({dump.process.returncode}); its log: {log}", file=sys.stderr)
     except KeyboardInterrupt:
         pass
     finally:
         dump.stop()
         provider.stop()
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,9 @@ def test_claude_code_answers_through_switchyard(bed: ClientBed) -> None:
     # its HEAD preflight passed through and got no body (mitmproxy would log unexpected data)
     assert [c.method for c in bed.provider.calls_to("primary")].count("HEAD") >= 1
     assert "Unexpected data" not in bed.mitm.log_since(mark)
+    # routed: Switchyard took the answer (its first attempt), not mitmproxy alone
+    log = bed.mitm.wait_for_log("switchyard.committed route=reverse-messages upstream=primary attempt=1 ", mark)
+    assert log.count("switchyard.committed ") == 1 and "switchyard.attempt_failed" not in log
 
 
 def test_an_overload_before_output_is_retried_by_switchyard_not_by_claude_code(bed: ClientBed) -> None:

@@ -51,6 +51,13 @@ print()
 """
 
 
+def test_the_openai_snippet_and_the_curl_body_are_the_readmes() -> None:
+    """What the recipe tests run is what the README shows, word for word."""
+    readme = (ROOT / "README.md").read_text()
+    assert f"```python\n{OPENAI_SNIPPET}```" in readme
+    assert f"-d '{CURL_BODY}'" in readme
+
+
 def proxy_env(bed: ClientBed) -> dict[str, str]:
     return {"HTTPS_PROXY": bed.mitm.proxy_url, "SSL_CERT_FILE": str(bed.ca_file)}
 

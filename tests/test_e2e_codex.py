@@ -53,12 +53,16 @@ def answered(done: subprocess.CompletedProcess[str], upstream: str) -> None:
 
 
 def test_codex_answers_through_switchyard(bed: ClientBed) -> None:
+    mark = bed.mitm.log_mark()
     done = run_codex(bed, bed.through_switchyard() + "/v1", "happy")
     answered(done, "primary")
     [call] = bed.api_posts("primary")
     assert call.headers["Authorization"] == f"Bearer {API_KEY}"
     assert call.headers["Accept"] == "text/event-stream"
     assert not bed.api_posts("backup")
+    # routed: Switchyard took the answer (its first attempt), not mitmproxy alone
+    log = bed.mitm.wait_for_log("switchyard.committed route=reverse-responses upstream=primary attempt=1 ", mark)
+    assert log.count("switchyard.committed ") == 1 and "switchyard.attempt_failed" not in log
 
 
 def test_a_capacity_failure_before_output_is_retried_on_the_same_upstream(bed: ClientBed) -> None:

@@ -235,6 +235,25 @@ def test_routes_match_the_model_in_the_path_and_rewrite_it_there(env: Env) -> No
     assert "x-switchyard-upstream" not in {name.lower() for name in other.sdk_http_response.headers or {}}
 
 
+def test_a_percent_encoded_model_takes_its_route_as_google_reads_it(env: Env) -> None:
+    """`gemini%2D2.5-pro` is gemini-2.5-pro to Google, so its route takes it (it used to
+    miss the route and reach the pro model unrouted); an encoded colon (`%3A`) starts no
+    method there, and the path reaches the upstream as the client wrote it."""
+    body = json.dumps({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}).encode()
+    got = env.curl(f"{env.mitm.reverse_url}/routed/v1beta/models/gemini%2D2.5-pro:streamGenerateContent?alt=sse",
+                   body, headers={"x-goog-api-key": CLIENT_KEY}, via_proxy=False)
+    assert (got.status, got.headers.get("x-switchyard-upstream"), got.body) == (200, "routed", stream_bytes("routed"))
+    (call,) = env.provider.calls
+    assert call.path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent" and call.query == "alt=sse"
+    env.provider.reset()
+    colon = "/v1beta/models/gemini-2.5-flash%3AstreamGenerateContent"
+    got = env.curl(f"{env.mitm.reverse_url}/primary{colon}?alt=sse", body, headers={"x-goog-api-key": CLIENT_KEY},
+                   via_proxy=False)
+    (call,) = env.provider.calls
+    assert call.raw_path == f"/primary{colon}?alt=sse"  # not re-written, not decoded
+    assert got.headers.get("x-switchyard-upstream") == "primary"
+
+
 def test_a_fault_on_purpose_speaks_gemini(env: Env) -> None:
     assert stream_text(env, prefix="faulty") == text_of("backup")
     assert upstreams(env) == ["faulty", "backup"]

@@ -13,13 +13,17 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.conftest import Env
+from mitmproxy import http, io
+
+from tests.conftest import BACKUP_SECRET, Env
 from tests.support import gemini_wire
 from tests.support.agents import agent_binary
 from tests.support.fake_provider import NORMAL, Reply
+from tests.support.mitm import start_mitmdump
 from tests.support.gemini_env import (  # noqa: F401 -- env and gemini_mitm are fixtures
     CLIENT_KEY,
     FIXTURES,
+    RULES,
     env,
     gemini_mitm,
     text_of,
@@ -88,12 +92,29 @@ def test_gemini_cli_gets_invalid_argument_as_sent(env: Env, tmp_path: Path) -> N
 
 
 def test_gemini_cli_behind_the_pre_answer_keepalive(env: Env, tmp_path: Path) -> None:
+    """The stream's head and its blank-line keepalive reach the CLI before any upstream has
+    answered (the flow, saved with -w, says `x-switchyard-upstream: pending`), and the CLI
+    still reads the backup's answer after them."""
+    saved = tmp_path / "flows"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES.format(p2=env.provider.ports[1]))
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", reverse_target=f"http://127.0.0.1:{env.provider.ports[0]}",
+                          env={"SWY_TEST_GEMINI_KEY": BACKUP_SECRET}, extra_args=["-w", str(saved)])
     env.provider.script("keepalive", NORMAL, Reply.sse(0.7, *unavailable().pieces))
-    done = run_gemini_cli(env, tmp_path, prefix="keepalive")
+    try:
+        done = run_gemini_cli(Env(env.provider, dump, rules), tmp_path, prefix="keepalive")
+        dump.wait_for_log(": POST http", count=2)  # both of its flows have ended (and were written)
+    finally:
+        dump.stop()
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == text_of("backup")
     assert cli_calls(env) == [("keepalive", "generateContent"), ("keepalive", "streamGenerateContent"),
                               ("backup", "streamGenerateContent")]
+    with saved.open("rb") as handle:
+        streamed = [f for f in io.FlowReader(handle).stream() if isinstance(f, http.HTTPFlow)
+                    and f.request.path.partition("?")[0].endswith(":streamGenerateContent")]
+    assert [f.response.headers.get("x-switchyard-upstream") for f in streamed if f.response] == ["pending"]
+    assert streamed[0].metadata["switchyard"]["answered_by"] == "backup"
 
 
 def test_gemini_cli_gets_its_answer_after_a_429_retry_delay(env: Env, tmp_path: Path) -> None:

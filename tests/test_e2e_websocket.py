@@ -475,11 +475,14 @@ async def test_the_backup_answers_over_websocket_and_keeps_the_connection(
     assert "sk-client-key" not in log and "sk-backup-key" not in log
 
 
+@pytest.mark.parametrize("status", [404, 200])
 async def test_the_backup_answers_over_http_sse_when_it_refuses_the_upgrade(
-        upstream: WsProvider, plain: WsProvider, ws_mitm: Mitmdump) -> None:
-    """`websocket: auto` (the default): the backup answers the upgrade with 404, so the
-    turn is POSTed to it, streamed; its SSE events reach the client as messages, and the
+        upstream: WsProvider, plain: WsProvider, ws_mitm: Mitmdump, status: int) -> None:
+    """`websocket: auto` (the default): the backup answers the upgrade as a server that
+    speaks no WebSocket does (404, or a plain 200 that ignores the upgrade), so the turn
+    is POSTed to it, streamed; its SSE events reach the client as messages, and the
     next turn goes there too."""
+    plain.refusal = status
     upstream.script(failed_turn("resp_f1"))
     good, later = answer_turn("resp_http", "Over HTTP"), answer_turn("resp_http2", "Again over HTTP")
     plain.script(good, later)
@@ -501,7 +504,7 @@ async def test_the_backup_answers_over_http_sse_when_it_refuses_the_upgrade(
     assert len(plain.handshakes) == 1  # asked once; HTTP from then on
     assert all(h["Authorization"] == "Bearer sk-plain-key" for h in [*plain.handshakes, *plain.post_headers])
     log = ws_mitm.wait_for_log("switchyard.fallback_answered", mark)
-    assert "switchyard.websocket_refused route=responses-ws-to-http upstream=plain status=404" in log
+    assert f"switchyard.websocket_refused route=responses-ws-to-http upstream=plain status={status}" in log
 
 
 async def test_an_upstream_with_websocket_false_is_asked_over_http_only(

@@ -41,6 +41,25 @@ def test_model_call_reads_the_model_from_the_path() -> None:
     assert model_call("/v1/chat/completions") is None
 
 
+def test_a_percent_encoded_path_is_read_as_google_reads_it() -> None:
+    """Google decodes the names in a path (`%2D` is `-`), but only a literal `:` starts
+    the method: `…gemini-2.5-pro%3AstreamGenerateContent` is a model named with a colon,
+    which Google answers 404."""
+    encoded = "/v1beta/models/gemini%2D2.5-pro:streamGenerateContent"
+    assert model_in_path(encoded) == "gemini-2.5-pro"  # the route for gemini-2.5-pro* takes it
+    assert streams(encoded + "?alt=sse")
+    # the request's own path goes on as the client wrote it; a rewritten model replaces the name
+    assert upstream_path(encoded, None, None) == encoded
+    assert upstream_path(encoded, None, "gemini-2.5-flash") == "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    colon = "/v1beta/models/gemini-2.5-pro%3AstreamGenerateContent"
+    assert model_call(colon) is None and model_in_path(colon) is None and not streams(colon + "?alt=sse")
+    # never rewritten into another request (it was the model, minus its would-be method)
+    assert upstream_path(colon, None, "gemini-2.5-flash") is None
+    assert upstream_path(colon, "/gateway", "gemini-2.5-flash") == "/gateway" + colon
+    assert target_url(f"https://generativelanguage.googleapis.com{colon}?alt=sse", None, "gemini-2.5-flash",
+                      "google-gemini") == f"https://generativelanguage.googleapis.com{colon}?alt=sse"
+
+
 GEMINI_URL = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-pro:streamGenerateContent"
 
 

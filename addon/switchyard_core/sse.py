@@ -89,6 +89,13 @@ def compact_json(data: Any) -> bytes:
         return json.dumps(data, separators=(",", ":")).encode()
 
 
+def data_event(data: bytes) -> bytes:
+    """An SSE event whose `data` is `data`, exactly (each of its lines a `data:`
+    field): a WebSocket message as the stream event that carries the same text."""
+    lines = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return b"data: " + lines.replace(b"\n", b"\ndata: ") + b"\n\n"
+
+
 def _split_lines(text: str) -> list[str]:
     return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 

@@ -102,7 +102,9 @@ def client_bed_for(tmp: Path, rules_for: Callable[[int, int], str] = bed_rules) 
     rules = tmp / "rules.yaml"
     rules.write_text(rules_for(provider.ports[0], provider.ports[1]))
     dump = start_mitmdump(rules, tmp / "mitmdump.log", reverse_target=f"http://127.0.0.1:{provider.ports[0]}",
-                          extra_args=["--set", f"block_list={OFF_LOOPBACK}"])
+                          # debug: a first attempt's plain answer is logged too (`switchyard.committed`),
+                          # so a test can tell a routed answer from one that passed through
+                          extra_args=["--set", f"block_list={OFF_LOOPBACK}", "--set", "termlog_verbosity=debug"])
     try:
         yield ClientBed(provider, dump, tmp)
     finally:

@@ -10,7 +10,8 @@ can assert who was called, how often, and with which credentials.
 Requests a real provider answers outside its streaming APIs are answered in
 their own shape and never take a scripted reply: `HEAD` (Claude Code's
 preflight) gets headers without a body, `GET .../models` a model list,
-`POST .../count_tokens` a token count.  A script is for the answers a test
+`POST .../count_tokens` a token count, a `GET` of a streaming API's path (a
+WebSocket upgrade too) a 405.  A script is for the answers a test
 means to fail; a client's side requests must not use it up.
 """
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from . import wire
+from . import gemini_wire, wire
 
 RESET = "reset"  # abort the connection (TCP RST) at this point
 
@@ -76,6 +77,9 @@ def _wants_stream(body: bytes) -> bool:
         return True  # not a JSON object: answer as most tests ask, streaming
 
 
+STREAMING_PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+
+
 def side_reply(method: str, path: str, headers: Mapping[str, str]) -> "Reply | None":
     """The answer to a request outside the streaming APIs, or None for an API request."""
     if method == "HEAD":
@@ -85,6 +89,11 @@ def side_reply(method: str, path: str, headers: Mapping[str, str]) -> "Reply | N
         return Reply.json(200, wire.models_list(anthropic))
     if method == "POST" and path.endswith("/count_tokens"):
         return Reply.json(200, {"input_tokens": 12})
+    if method == "GET" and path.endswith(STREAMING_PATHS):
+        # what a provider answers a GET there, a WebSocket upgrade included (this one
+        # speaks no WebSocket: a client that asks for one must be able to tell, and
+        # Switchyard's `websocket: auto` then takes HTTP)
+        return Reply.json(405, wire.method_not_allowed(wire.api_of(path), method, path), headers={"Allow": "POST"})
     return None
 
 
@@ -97,7 +106,8 @@ def failing_reply(kind: str, api: str) -> Reply:
     """A provider failure before any output, in the API's own shape.
 
     `sse_*`: HTTP 200, then an error as the first frame; `lifecycle_*`: the lifecycle
-    frames first (role chunk, `response.created`, `message_start`), then an error, a
+    frames first (role chunk, `response.created`, `message_start`, Gemini's empty
+    text), then an error, a
     reset or silence; `response_failed`: `response.failed` (server_is_overloaded) on
     the Responses API, the API's in-stream error elsewhere; `stall`: headers, then
     silence.
@@ -106,7 +116,7 @@ def failing_reply(kind: str, api: str) -> Reply:
     if kind.startswith("sse_"):
         return Reply.sse(wire.stream_error(api, int(kind[4:]), "provider overloaded"))
     if kind.startswith("http_"):
-        status = int(kind[5:])
+        status = int(kind[5:]) if api != wire.GEMINI else gemini_wire.status_of(int(kind[5:]))[0]
         return Reply.json(status, wire.error_body(api, status, "provider overloaded"))
     if kind == "lifecycle_error":
         return Reply.sse(*lifecycle, wire.stream_error(api, 503, "provider overloaded"))
@@ -115,6 +125,8 @@ def failing_reply(kind: str, api: str) -> Reply:
             return Reply.sse(*lifecycle, wire.responses_failed("server_is_overloaded", wire.OVERLOADED))
         return Reply.sse(wire.stream_error(api, 503, wire.OVERLOADED))
     if kind == "overload_message":
+        if api == wire.GEMINI:  # Google's SDKs need a code beside the text
+            return Reply.sse(gemini_wire.error_frame(400, "INVALID_ARGUMENT", wire.OVERLOADED))
         if api == "openai-chat":
             return Reply.sse(wire.data({"error": {"message": wire.OVERLOADED}}))
         if api == "anthropic-messages":
@@ -150,6 +162,7 @@ class Call:
     headers: dict[str, str]
     body: bytes
     query: str = ""  # as sent (Gemini's `alt=sse` and `key` live there)
+    raw_path: str = ""  # the request target as sent, query included (`path` is decoded)
 
     def json(self) -> object:
         return json.loads(self.body)
@@ -203,7 +216,7 @@ class FakeProvider:
         side = side_reply(request.method, "/" + rest, request.headers)
         with self._lock:
             self.calls.append(Call(upstream, port, request.method, "/" + rest, dict(request.headers), body,
-                                   request.query_string))
+                                   request.query_string, request.raw_path))
             queue = self._scripts.get(upstream) if side is None else None
             reply = side or (queue.popleft() if queue else None)
             self._in_flight += 1

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 MODEL_CALL = re.compile(r"/models/(?P<model>[^/:]+):(?P<method>streamGenerateContent|generateContent)$")
 MODEL_VERSION = "gemini-2.5-flash"
+# the canonical status Google sends beside each HTTP status it fails with
+STATUS_NAMES = {400: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
+                504: "DEADLINE_EXCEEDED"}
 
 # what Gemini CLI's routers ask for (numerical classifier: a complexity score; the
 # older classifier: a model choice); zod drops the keys its schema does not name
@@ -63,6 +66,13 @@ def response(text: str) -> dict[str, object]:
     return {"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP",
                             "index": 0}],
             "usageMetadata": usage(5), "modelVersion": MODEL_VERSION, "responseId": "fake-response-2"}
+
+
+def status_of(status: int) -> tuple[int, str]:
+    """The code and canonical status Google fails with for `status` (an overload is
+    503 UNAVAILABLE there, never Anthropic's 529)."""
+    code = 503 if status == 529 else status
+    return code, STATUS_NAMES.get(code, "UNAVAILABLE")
 
 
 def error(code: int, status: str, message: str) -> dict[str, object]:

@@ -182,8 +182,13 @@ def anthropic_error(err_type: str, message: str) -> bytes:
 OVERLOADED = "Our servers are currently overloaded. Please try again later."
 
 
+GEMINI = "google-gemini"
+
+
 def api_of(path: str) -> str:
     """The API a request path names (Chat Completions when it names none)."""
+    if gemini_wire.MODEL_CALL.search(path.split("?", 1)[0]):
+        return GEMINI
     if path.endswith("/responses"):
         return "openai-responses"
     if path.endswith("/messages"):
@@ -198,6 +203,8 @@ def lifecycle_frames(api: str) -> list[bytes]:
         return responses_stream("x")[:2]
     if api == "anthropic-messages":
         return [anthropic_stream("x")[0], b'event: ping\ndata: {"type": "ping"}\n\n']
+    if api == GEMINI:
+        return [gemini_wire.chunk("")]  # an empty text: no answer yet
     return [CHAT_ROLE]
 
 
@@ -209,6 +216,8 @@ def responses_failed(code: str, message: str, rid: str = "resp_1", seq: int = 2)
 
 def stream_error(api: str, status: int, message: str) -> bytes:
     """An in-stream error frame as that API's providers send one for `status`."""
+    if api == GEMINI:
+        return gemini_wire.error_frame(*gemini_wire.status_of(status), message)
     if api == "anthropic-messages":
         return anthropic_error("rate_limit_error" if status == 429 else "overloaded_error", message)
     if api == "openai-responses":
@@ -220,11 +229,21 @@ def stream_error(api: str, status: int, message: str) -> bytes:
 
 def error_body(api: str, status: int, message: str) -> dict:
     """The JSON body of an HTTP error answer in that API's shape."""
+    if api == GEMINI:
+        return gemini_wire.error(*gemini_wire.status_of(status), message)
     if api == "anthropic-messages":
         kind = "rate_limit_error" if status == 429 else "overloaded_error" if status in (503, 529) else "api_error"
         return {"type": "error", "error": {"type": kind, "message": message}}
     code = "rate_limit_exceeded" if status == 429 else "server_is_overloaded" if status == 503 else "server_error"
     return {"error": {"message": message, "type": "server_error" if status != 429 else "requests", "param": None, "code": code}}
+
+
+def method_not_allowed(api: str, method: str, path: str) -> dict:
+    """The JSON body of a 405 for a method the API's path does not take, in its shape."""
+    message = f"Invalid method for URL ({method} {path})"
+    if api == "anthropic-messages":
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
 
 
 def models_list(anthropic: bool) -> dict:

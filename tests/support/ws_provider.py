@@ -7,7 +7,8 @@ and sends nothing until `release()`) from the
 queue the test filled; with none left it answers a normal turn.  Over HTTP the
 same texts go as SSE events.  Every `response.create` received is recorded
 exactly, every POST body too, with the headers of each handshake and POST.
-`websocket=False` makes it refuse upgrades with 404, as an HTTP-only upstream does.
+`websocket=False` makes it refuse upgrades with `refusal` (404 unless a test sets
+another), as an HTTP-only upstream does.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class WsProvider:
     def __init__(self, websocket: bool = True, ssl_context: ssl.SSLContext | None = None) -> None:
         self.port = free_port()
         self.websocket = websocket
+        self.refusal = 404  # the status an upgrade gets with websocket=False
         self._ssl = ssl_context  # serve https/wss with it
         self.creates: list[str] = []  # every response.create text received, in order
         self.posts: list[bytes] = []  # every POST /v1/responses body, in order
@@ -155,6 +157,7 @@ class WsProvider:
             self.connections = 0
             self.ended = 0
             self.sent = 0
+            self.refusal = 404
 
     def release(self) -> None:
         """End a `HOLD`."""
@@ -210,7 +213,7 @@ class WsProvider:
         with self._lock:
             self.handshakes.append(dict(request.headers))
         if not self.websocket:
-            return web.Response(status=404, text="no WebSocket here")
+            return web.Response(status=self.refusal, text="no WebSocket here")
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)
         with self._lock:

@@ -321,11 +321,14 @@ class Router:
             return
         show_attempts(flow, exchange)  # each failed attempt of each turn
         # the comment names each turn that needed more than one attempt, and why
-        moved = [f"turn {turn['turn']}: {turn['why']}" for turn in (exchange.story or {}).get("turns", ())
-                 if len(turn.get("attempts", ())) > 1]
+        turns = (exchange.story or {}).get("turns", ())
+        moved = [f"turn {turn['turn']}: {turn['why']}" for turn in turns if len(turn.get("attempts", ())) > 1]
         if moved:
             flow.comment = "; ".join(moved)
-            flow.marked = ":arrows_counterclockwise:"
+            # a cut that no continuation finished is a warning, as on an HTTP flow
+            unfinished = any(turn.get("outcome") != "continued" and any(a.get("continuation") for a in turn["attempts"])
+                             for turn in turns if turn.get("attempts"))
+            flow.marked = ":warning:" if unfinished else ":arrows_counterclockwise:"
         elif (exchange.story or {}).get("suppressed_failover"):
             flow.marked = ":warning:"
 
@@ -359,7 +362,8 @@ class Router:
                          f"answers={relay.answers} (in-process={relay.direct_answers})")
             ws = relay.websocket
             lines.append("websocket: " + ", ".join(f"{k}={ws['websocket_' + k]}" for k in (
-                "connections", "turns", "retries_answered", "fallbacks", "suppressed_failovers")))
+                "connections", "turns", "retries_answered", "fallbacks", "suppressed_failovers",
+                "continued_after_cut", "continuations_failed")))
         text = "\n".join(lines)
         observe.log.info(observe.printable(text))
         return text

@@ -1,11 +1,14 @@
-"""Reading provider errors and deciding what they are worth (docs/architecture.md,
-"What counts as output", holds the precedence).
+"""Reading provider errors and deciding what they are worth.
 
 Providers put the same transient overload in many places: a status, a code
 (string, number or numeric string), a type, or only a message.  `error_info`
-reads all of them out of any JSON error carrier; `ErrorPolicy.decide` applies
-the precedence the design fixes: `x-should-retry`, next-upstream-only codes,
-overload texts, retryable codes or types, `retry_on` statuses, else fatal.
+reads all of them out of any JSON error carrier; `ErrorPolicy.decide` takes the
+first rule that applies (docs/architecture.md, "What counts as output"):
+`x-should-retry`; a next-upstream-only code, type or text (a context overflow
+is no better on a retry); an overload text, whatever status or code stands
+beside it; a retryable code or type; a carrier that says "transient" and names
+no code (a transport failure, a timeout, an empty stream); a `retry_on`
+status; else fatal.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..sse import SseEvent
 from .base import Classification, ErrorInfo, FrameKind, StreamState
@@ -96,18 +96,25 @@ class ModelCall:
 
 
 def model_call(path: str) -> ModelCall | None:
-    """The model (and method) a Gemini request path names, or None."""
+    """The model (and method) a Gemini request path names, or None.
+
+    Read as Google reads it: only a literal `:` starts the method.  An encoded one
+    (`%3A`) is part of the model's name there, so the path names no call Google
+    serves (it answers 404); such a path is nobody's model call, and is sent on as
+    the client wrote it rather than rewritten into another request."""
     found = _MODEL_CALL.match(path.split("?", 1)[0])
-    if found is None:
+    if found is None or ":" in unquote(found.group("model")):
         return None
     return ModelCall(found.group("base"), found.group("collection"), found.group("model"), found.group("method"))
 
 
 def model_in_path(path: str) -> str | None:
-    """The model of a Gemini model call (`…/models/{model}:{method}`), for route matching.
-    A path without a method is left alone: `/v1/models/{model}` is OpenAI's too."""
+    """The model of a Gemini model call (`…/models/{model}:{method}`), for route matching,
+    percent-decoded as Google decodes a path's names (`gemini%2D2.5-pro` is
+    `gemini-2.5-pro` there, and matches its route here).  A path without a method
+    is left alone: `/v1/models/{model}` is OpenAI's too."""
     call = model_call(path)
-    return call.model if call is not None and call.method is not None else None
+    return unquote(call.model) if call is not None and call.method is not None else None
 
 
 def streams(url: str) -> bool:

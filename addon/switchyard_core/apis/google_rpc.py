@@ -6,8 +6,9 @@ name, and `details` typed messages told apart by their `@type`.  Two of them
 change what a failure is worth: `RetryInfo.retryDelay` says how long to wait
 (honoured like `Retry-After`), and a `QuotaFailure` naming a per-day quota
 says that waiting minutes will not help (the next upstream might).  Shapes as
-Gemini CLI reads them (`googleQuotaErrors.ts`) and as seen on the wire
-(python-genai #2044, OmniRoute #9504).
+Gemini CLI reads them (`googleQuotaErrors.ts`) and as Google's servers send
+them, where a 429 may carry its delay only in its message ("Please retry in
+38.9s.") and no `RetryInfo` (the recorded bodies in tests/fixtures/gemini_*).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Pure functions over `response.create` bodies.  A turn may move to a fresh
 WebSocket (the same upstream after its connection was dropped, or the next
 upstream) or to HTTP.  The output-less turns the old connection made first
 (Codex's `generate: false` warm-up, named by the real turn's
-`previous_response_id`) exist only there, so they are *folded* into the turn:
+`previous_response_id`) exist only there, and a turn whose cut answer a
+continuation finished exists whole nowhere upstream, so they are *folded* into
+the turn that names them:
 their request fields and input go first, the turn's own after, and
 `previous_response_id` goes.  Folding, not replaying them on the new
 connection: it works the same over HTTP (where there is no connection to warm),
@@ -73,6 +75,14 @@ def fold(body: dict[str, Any], carried: dict[str, dict[str, Any]]) -> dict[str, 
     if isinstance(previous, str):
         merged["previous_response_id"] = previous  # the chain goes on beyond what was carried
     return merged
+
+
+def with_answer(body: dict[str, Any], answer: list[Any]) -> dict[str, Any]:
+    """A turn whose answer was finished by a continuation, with that answer (as input
+    items) after its own input: what a later turn naming the turn's response id is
+    folded with.  Upstream, that id names only the cut part of the answer, or no
+    response at all (`store: false` on a connection that is gone)."""
+    return {**body, "input": _items(body.get("input")) + answer}
 
 
 def as_message(body: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from ..apis import Api
 from ..redaction import StreamRedactor
+from ..sse import data_event
 from ..upstreams.body import Body
 
 SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache")]
@@ -51,12 +52,20 @@ class ClientStream:
         # every byte the client got, while a cut answer may be continued (None: not kept, or too long)
         self.transcript: bytearray | None = None
         self._transcript_limit = 0
+        self._writes_kept = True  # False: the transcript is told each message instead (`kept_message`)
         self._redactor: StreamRedactor | None = None
 
-    def keep_transcript(self, limit: int) -> None:
-        """Keep what is written, up to `limit` bytes, to know what a continuation must not repeat."""
+    def keep_transcript(self, limit: int, *, of_writes: bool = True) -> None:
+        """Keep what the client gets, up to `limit` bytes, to know what a continuation
+        must not repeat: what is written here, or (`of_writes=False`, a WebSocket turn,
+        whose messages also reach the client other ways) each `kept_message`."""
         self.transcript = bytearray()
         self._transcript_limit = limit
+        self._writes_kept = of_writes
+
+    def kept_message(self, message: bytes) -> None:
+        """A WebSocket message the client got, kept as the SSE event of the same text."""
+        self._keep(data_event(message))
 
     @property
     def headers_sent(self) -> bool:
@@ -98,12 +107,16 @@ class ClientStream:
         if data:
             self.sink.write(data)
             self._tail = data[-4:]
-            kept = self.transcript
-            if kept is not None:
-                if len(kept) + len(data) > self._transcript_limit:
-                    self.transcript = None
-                else:
-                    kept += data
+            if self._writes_kept:
+                self._keep(data)
+
+    def _keep(self, data: bytes) -> None:
+        kept = self.transcript
+        if kept is not None:
+            if len(kept) + len(data) > self._transcript_limit:
+                self.transcript = None
+            else:
+                kept += data
 
     def _own(self, data: bytes) -> None:
         """Switchyard's own bytes, after whatever the upstream's were."""

@@ -80,6 +80,7 @@ class Continuation:
         self.log = log
         self._pipe = pipe
         self._silence = silence
+        self.answer: Transcript | None = None  # once finished: the whole answer the client has
 
     @property
     def wanted(self) -> bool:
@@ -104,7 +105,7 @@ class Continuation:
             transcript = self._transcript()
         except NotContinuable as exc:
             observe.emit(logging.INFO, "switchyard.not_continued", route=self.route.name, upstream=cut.upstream,
-                         reason=exc.reason)
+                         reason=exc.reason, **self.log.context)
             return False
         upstreams = self.route.upstreams
         first = next((i for i, u in enumerate(upstreams) if u.name == cut.upstream), 0)
@@ -238,6 +239,7 @@ class Continuation:
         if problems:
             return self._failed(record, problems[0], progressed=bool(first))
         record.continued()
+        self.answer = replace(transcript, text=reframer.whole_text)
         return _Try.FINISHED
 
     def _continued(self, record: AttemptRecord, strategy: str, cut_at: float, transcript: Transcript) -> None:
@@ -245,11 +247,13 @@ class Continuation:
         self.client.write(f": switchyard continued upstream={record.upstream} strategy={strategy}\n\n".encode())
         observe.emit(logging.INFO, "switchyard.continued_after_cut", route=self.route.name, upstream=record.upstream,
                      attempt=record.attempt, strategy=strategy, chars_sent=len(transcript.text),
-                     first_char_after_s=round(time.monotonic() - cut_at, 4), request_id=record.request_id)
+                     first_char_after_s=round(time.monotonic() - cut_at, 4), request_id=record.request_id,
+                     **self.log.context)
 
     def _failed(self, record: AttemptRecord, message: str, *, code: str | None = None, progressed: bool = False) -> _Try:
         record.continuation_failed(self.log.redact(message), code=code, progressed=progressed)
         observe.emit(logging.INFO, "switchyard.continuation_failed", route=self.route.name, upstream=record.upstream,
                      attempt=record.attempt, strategy=record.continuation, phase=record.phase, status=record.status,
-                     code=record.code, message=record.message, request_id=record.request_id)
+                     code=record.code, message=record.message, request_id=record.request_id,
+                     **self.log.context)
         return _Try.PROGRESSED if progressed else _Try.FAILED

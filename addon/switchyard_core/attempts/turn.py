@@ -11,6 +11,13 @@ A turn that may not be re-sent (an earlier turn of the connection produced
 output) gets one attempt, on the connection's upstream, through a gate that
 is open from the start: its messages pass as they come, and failures in them
 are still recognised, logged and have their capacity codes rewritten.
+
+An answer cut after output (the upstream's socket closed or broke inside it,
+or went silent past `idle_timeout_s`) is finished by the loop's
+`Continuation` where the route asks for one: the turn keeps a transcript of the
+messages the client got, the continuation is asked over HTTP SSE (the cut
+socket is gone, and a new one would hold nothing it could use), its re-framed
+events reach the client through `TurnSink`, and the turn ends normally.
 """
 
 from __future__ import annotations
@@ -21,13 +28,14 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from multidict import CIMultiDict
 
 from ..apis import Classification, ErrorInfo, FrameKind
 from ..apis.errors import http_error_info, rewrite_capacity_codes
 from ..apis.openai_responses import ResponsesStream, websocket_error
+from ..continuation import answer_input
 from ..exchange import AttemptRecord, Exchange
 from ..gate import Gate
 from ..redaction import env_secrets, redact_bytes
@@ -73,6 +81,9 @@ class Turn:
     output: bool = False  # real output reached the client
     response_id: str | None = None  # the answering response's id, once named
     link: UpstreamSocket | None = None  # the socket that answered (None: HTTP)
+    # a continuation finished its cut answer: the answer's response id (the client's), and the
+    # answer as input items, for a later turn that names that id
+    continued: tuple[str, list[dict[str, Any]]] | None = None
     story: dict[str, Any] = field(default_factory=dict)
 
 
@@ -152,6 +163,10 @@ class TurnLoop(AttemptLoop):
         self.log.context = {"transport": TRANSPORT, "turn": turn.number}
         self.end = TurnEndings(exchange, self.client, self.log)
         self.end.turn = turn
+        if self.continuation.wanted:
+            # what the client got of this turn, message by message, whichever way each reached it
+            self.client.keep_transcript(self.settings.staging_limit, of_writes=False)
+            session.keep_sent(self.client.kept_message)
 
     def _upstreams(self) -> Sequence[Upstream]:
         return self.turn.upstreams
@@ -271,12 +286,15 @@ class TurnLoop(AttemptLoop):
                 if turn.output and wait is not None and (self.session.held_for_client
                                                          or time.monotonic() - self.session.last_passed < wait):
                     continue  # the hot path passed messages meanwhile, or the client holds it back: not silent
-                return self._silent(attempt, link, failed_after_output, deadline)
+                return await self._silent(attempt, link, failed_after_output, deadline)
             if isinstance(item, Closed):
                 if not gate.committed:
                     what = f"upstream closed the WebSocket before output (code {item.code})"
                     return self._fail(attempt, transport_failure(ConnectionBroke(what)))
-                self.session.closed_in_turn(item)  # for the client, after every message before it
+                if turn.output and not failed_after_output and self.continuation.wanted:
+                    await self._closed_after_output(record, link, item)
+                else:
+                    self.session.closed_in_turn(item)  # for the client, after every message before it
                 self._finish(record)
                 return None
             event = SseEvent(data="(binary)" if isinstance(item, Binary) else item.decode("utf-8", "replace"))
@@ -319,8 +337,37 @@ class TurnLoop(AttemptLoop):
         if self.exchange.outcome == "pending":
             self.exchange.outcome = "committed"
 
-    def _silent(self, attempt: _Try, link: UpstreamSocket, failed_after_output: bool,
-                deadline: float | None) -> _Failed | None:
+    async def _closed_after_output(self, record: AttemptRecord, link: UpstreamSocket, closed: Closed) -> None:
+        """The upstream closed inside an answer the client has part of: a continuation
+        finishes it and the connection lives on, else the client gets the close."""
+        self.session.drop(link)
+        why = f", {closed.reason}" if closed.reason else ""
+        self.client.release()
+        if await self.continuation.finish(record, f"upstream closed the WebSocket after output (code {closed.code}{why})"):
+            self.end.continued()
+            self._carry_answer()
+        else:
+            self.session.closed_in_turn(closed)
+
+    async def _cut(self, record: AttemptRecord, message: str, code: Literal["stream_cut", "stream_stalled"]) -> None:
+        await super()._cut(record, message, code)
+        if self.exchange.outcome == "continued":
+            self._carry_answer()
+
+    def _carry_answer(self) -> None:
+        """The continuation's answer is the client's: a later turn naming its response
+        id is folded with it (see carry.py)."""
+        answer = self.continuation.answer
+        if answer is None or answer.response_id is None:
+            return
+        try:
+            stored = json.loads(self.exchange.request.body).get("store") is not False
+        except (ValueError, RecursionError, AttributeError):
+            stored = False
+        self.turn.continued = (answer.response_id, answer_input(answer.reasoning, answer.text, stored=stored))
+
+    async def _silent(self, attempt: _Try, link: UpstreamSocket, failed_after_output: bool,
+                      deadline: float | None) -> _Failed | None:
         """Nothing came in time.  The silent response cannot be stopped on its
         connection, and whatever it sends late must reach nobody: the connection goes."""
         settings = self.settings
@@ -330,8 +377,9 @@ class TurnLoop(AttemptLoop):
             self._finish(record)
             return None  # the failure reached the client already; the rest never came
         if self.turn.output:
-            self.end.cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
-                         "stream_stalled")
+            # a continuation (where the route asks for one) or the original cut
+            await self._cut(record, f"upstream sent nothing for {settings.idle_timeout_s:g}s after output",
+                            "stream_stalled")
             self._finish(record)
             return None
         silent = deadline is None or time.monotonic() < deadline

@@ -8,7 +8,7 @@ for the rest (`request`), whether regenerated text begins with what was sent
 
 from .overlap import Diverged, Overlap
 from .reframe import Reframer, reframer_for
-from .request import continuation_body
+from .request import answer_input, continuation_body
 from .transcript import NotContinuable, Transcript, read_transcript
 
 STRATEGIES = ("prefill", "regenerate")
@@ -20,6 +20,7 @@ __all__ = [
     "Overlap",
     "Reframer",
     "Transcript",
+    "answer_input",
     "continuation_body",
     "read_transcript",
     "reframer_for",

@@ -30,6 +30,11 @@ class Reframer(Protocol):
     overlap: Overlap
     forwarded: int  # characters of text forwarded
 
+    @property
+    def whole_text(self) -> str:
+        """All the text the client has of the answer now."""
+        ...
+
     def feed(self, event: SseEvent) -> bytes:
         """The bytes `event` becomes for the client (b"": nothing); raises
         `Diverged` when a regenerated answer turns out to be another one."""

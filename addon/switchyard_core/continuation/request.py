@@ -113,10 +113,20 @@ def _responses_prefill(data: Any, text: str, reasoning: Sequence[Mapping[str, An
             return None
         items.pop()
     else:
-        last = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+        last = _assistant_text(text)
     last.update(copy.deepcopy(dict(prefill_message or {})))
     data["input"] = [*items, *carried, last]
     return ContinuationRequest(compact_json(data))
+
+
+def _assistant_text(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+def answer_input(reasoning: Sequence[Mapping[str, Any]], text: str, *, stored: bool) -> list[dict[str, Any]]:
+    """A Responses answer the client has (its finished reasoning items, its text) as
+    the `input` items that stand for it in a later request."""
+    return [*reasoning_input(reasoning, stored=stored), _assistant_text(text)]
 
 
 def reasoning_input(items: Sequence[Mapping[str, Any]], *, stored: bool) -> list[dict[str, Any]]:

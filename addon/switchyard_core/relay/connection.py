@@ -33,8 +33,8 @@ _PROVISIONAL_HEAD = f"HTTP/1.1 200 OK\r\n{PROVISIONAL_HEADER}: 1\r\nTransfer-Enc
 _NO_RESPONSE = AnswerHead(502, (("Content-Type", "text/plain; charset=utf-8"),), streamed=False)
 _TOKEN_HEADER = TOKEN_HEADER.encode()
 # mitmproxy keeps its relay connection for the client connection's life and may be
-# slow to send on it under load: idle ones go only after a while (aiohttp's default
-# keep-alive is 75 s); a request that has begun must be complete sooner
+# slow to send on it under load: idle ones go only after a while, as an HTTP server's
+# keep-alive lets them; a request that has begun must be complete sooner
 IDLE_CLOSE_S = 60.0
 REQUEST_READ_S = 30.0
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .. import observe
 from ..apis.errors import rewrite_capacity_codes
 from ..apis.openai_responses import error_event_payload
-from ..attempts.carry import as_http_body, as_message, fold, is_warm_up, parse_create
+from ..attempts.carry import as_http_body, as_message, fold, is_warm_up, parse_create, with_answer
 from ..attempts.faulty_messages import FaultStep, FaultyMessages
 from ..attempts.turn import TRANSPORT, Turn, TurnLoop, narrowed
 from ..exchange import Exchange, OriginalRequest
@@ -80,11 +80,13 @@ class WebSocketSession:
         self.last_passed = 0.0  # when the hot path last passed a message (the turn's idle bound counts it)
         self.held_for_client = False  # the client is not reading: the upstream is held (see _hold_upstream)
         self._producer: Body | None = None  # a turn's HTTP answer being passed on (see pace)
+        self._sent: Callable[[bytes], None] | None = None  # told each message of the turn (see keep_sent)
         self._http_only: set[str] = set()
         self._rewrite = False  # what the last turn left is after output: capacity codes rewritten
         self._turns = 0
         self._had_output = False
-        # output-less turns (warm-ups), by response id: their body and the socket they live on
+        # output-less turns (warm-ups), by response id: their body and the socket they live on; and
+        # turns whose answer a continuation finished, their answer in their input (on no socket)
         self._carried: dict[str, tuple[dict[str, Any], UpstreamSocket | None]] = {}
         self.story: dict[str, Any] = exchange.story if exchange.story is not None else {}
         self.story.setdefault("turns", [])
@@ -127,7 +129,8 @@ class WebSocketSession:
             observe.emit(logging.INFO, "switchyard.websocket_closed", route=self.route.name, transport=TRANSPORT,
                          turns=len(turns), upstream=self.story.get("upstream"),
                          failed_attempts=sum(1 for t in turns for a in t.get("attempts", ())
-                                             if a["outcome"] not in ("committed", "passed_through")))
+                                             if a["outcome"] not in ("committed", "passed_through")
+                                             and not a.get("continuation")))
 
     def _from_client(self, message: str | bytes) -> None:
         body = parse_create(message) if isinstance(message, str) else None
@@ -240,6 +243,7 @@ class WebSocketSession:
             loop.log.finished()
 
     def _after_turn(self, turn: Turn, exchange: Exchange) -> None:
+        self._sent = None
         self._rewrite = self.route.settings.rewrite_capacity_codes and (turn.output or not turn.resendable)
         pending, self._turn_inbox, self._plain, self._fault = self._turn_inbox, None, None, None
         while pending is not None and not pending.empty():
@@ -252,11 +256,16 @@ class WebSocketSession:
                 self.drop(self._link)  # the connection's turns go elsewhere now (another upstream, or HTTP)
         if turn.output:
             self._had_output = True
+            if turn.continued is not None:
+                rid, answer = turn.continued
+                self._carried[rid] = (with_answer(turn.body, answer), None)
         elif turn.response_id is not None and exchange.outcome == "committed":
             self._carried[turn.response_id] = (turn.body, turn.link)
         attempts = exchange.attempts
         self.exchange.attempts.extend(attempts)
-        failed = [a for a in attempts if a.outcome not in ("committed", "passed_through", "pending")]
+        self._continuations(turn, exchange)
+        failed = [a for a in attempts
+                  if a.outcome not in ("committed", "passed_through", "pending") and not a.continuation]
         if failed and exchange.outcome == "committed":
             first = failed[0]
             same = answered == first.upstream
@@ -266,11 +275,33 @@ class WebSocketSession:
         if exchange.suppressed_failover:
             self.counters["websocket_suppressed_failovers"] += 1
             self.story["suppressed_failover"] = True
-        over = "websocket" if attempts and attempts[-1].url.startswith("ws") else "http"
+        answering = [a for a in attempts if not a.continuation]
+        over = "websocket" if answering and answering[-1].url.startswith("ws") else "http"
         turn.story.update(upstream=answered, transport=over, outcome=exchange.outcome,
                           attempts=[a.as_dict() for a in attempts])
         if answered is not None:
             self.story["upstream"] = answered
+
+    def _continuations(self, turn: Turn, exchange: Exchange) -> None:
+        """After a cut: who finished the turn's answer, or that nothing could (the
+        story and counters an HTTP flow's say)."""
+        tries = [a for a in exchange.attempts if a.continuation]
+        if not tries:
+            return
+        cut = next((a for a in exchange.attempts if not a.continuation and a.outcome in ("committed", "passed_through")),
+                   None)
+        what = f"{cut.upstream}: {cut.message or 'cut after output'}" if cut else "cut after output"
+        if exchange.outcome == "continued":
+            self.counters["websocket_continued_after_cut"] += 1
+            turn.story["why"] = f"{what} → {tries[-1].upstream} continued it ({tries[-1].continuation})"
+        else:
+            self.counters["websocket_continuations_failed"] += 1
+            turn.story["why"] = f"{what} → {len(tries)} continuation(s) failed"
+
+    def keep_sent(self, sent: Callable[[bytes], None]) -> None:
+        """Until the turn ends, `sent` is told each message the client gets (to keep
+        what a continuation must not repeat)."""
+        self._sent = sent
 
     # --- the upstream side (for TurnLoop) --------------------------------------------
 
@@ -389,7 +420,10 @@ class WebSocketSession:
     def to_client(self, message: bytes) -> None:
         """A message for the client, text or binary; an upstream's own `${VAR}` values in
         it are redacted (a message is whole: no value is split across two)."""
-        self.client.send(redact_message(message, self._secrets))
+        message = redact_message(message, self._secrets)
+        self.client.send(message)
+        if self._sent is not None:
+            self._sent(message)
 
     def break_client(self, why: str) -> None:
         self.client.failed(why)

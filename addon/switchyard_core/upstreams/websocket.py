@@ -37,7 +37,8 @@ from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest
 MESSAGE_LIMIT = 64 * 1024 * 1024
 REJECT_BODY_LIMIT = 1024 * 1024
 # statuses that say "no WebSocket here": with `websocket: auto` the upstream is asked over HTTP
-NOT_A_WEBSOCKET = frozenset({400, 404, 405, 426, 501})
+# (a success other than 101 is a server that ignored the upgrade and answered the GET)
+NOT_A_WEBSOCKET = frozenset({400, 404, 405, 426, 501, *range(200, 300)})
 _HANDSHAKE_OWN = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                             "sec-websocket-protocol", "content-length", "content-type", "accept-encoding"})
 
