@@ -328,6 +328,8 @@ class WebSocketSession:
         self._link, self._link_upstream, self._secrets = link, upstream.name, env_secrets(upstream)
         link.listen(self._from_upstream_of(link))
         link.paused = self._upstream_paused_of(link)
+        if self.held_for_client and link.transport is not None:
+            link.transport.pause_reading()  # a retry's or fallback's socket, while the client reads nothing
         return link
 
     def _upstream_paused_of(self, link: UpstreamSocket) -> Callable[[bool], None]:
