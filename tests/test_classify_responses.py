@@ -467,3 +467,19 @@ def test_openai_python_reads_error_body() -> None:
         "bad_gateway",
         "server_error",
     )
+
+
+@pytest.mark.parametrize("data", [
+    {"type": "response.completed", "status": 500, "status_code": 503,
+     "response": {"id": "r", "status": "completed", "error": None, "output": []}},
+    {"type": "response.output_text.delta", "status": 429, "item_id": "m", "output_index": 0, "content_index": 0,
+     "delta": "hi"},
+    {"type": "response.output_item.done", "status_code": 500, "output_index": 0,
+     "item": {"id": "m", "type": "message", "status": "completed", "content": []}},
+    {"type": "response.in_progress", "status": 503, "error": None, "response": {"id": "r", "status": "in_progress"}},
+])
+def test_a_top_level_status_on_an_answer_event_is_no_failure(data: dict[str, object]) -> None:
+    """Only an `error` message's status counts (the WebSocket's HTTP error): the same
+    field on any other event, or a `status` inside it, says nothing of a failure."""
+    seen = one(data)
+    assert seen.kind is not FrameKind.FAILURE and seen.error is None

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
+from websockets.exceptions import ConnectionClosedError
 
 from tests.support.mitm import Mitmdump, free_port, start_mitmdump
 from tests.support.ws_provider import WsProvider, answer_turn
@@ -344,3 +345,54 @@ async def test_a_fault_removed_from_the_file_stops_firing_on_a_websocket_opened_
         dump.stop()
     assert got[:5] == first[:5] and json.loads(got[5])["type"] == "error"
     assert got_second == second  # whole: the fault is out of the file
+
+
+async def test_a_fault_still_in_the_file_keeps_firing_on_a_websocket_opened_before_an_unrelated_edit(
+        primary: WsProvider, tmp_path: Path) -> None:
+    """Another route added to the file (Codex's connection stays open): the fault that
+    stayed fails this connection's next turn too, as the README says only a removed one stops."""
+    route = ("version: 1\nroutes:\n  - name: ws\n    match: {path: /v1/responses}\n"
+             "    upstreams: [{name: primary, url: original}]\n")
+    other = "  - name: other\n    match: {path: /other/v1/responses}\n    upstreams: [{name: o, url: original}]\n"
+    fault = "faults:\n  - {route: ws, kind: sse_error, after_frames: 5}\n"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(route + fault)
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log")
+    first, second = answer_turn("resp_1"), answer_turn("resp_2")
+    primary.script(first, second)
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(primary.proxied_url, proxy=dump.proxy_url) as ws:
+                await ws.send_str(create("one"))
+                got = [(await ws.receive(timeout=10)).data for _ in range(6)]
+                mark = dump.log_mark()
+                await asyncio.sleep(1.1)  # a different mtime second for coarse file systems
+                rules.write_text(route + other + fault)
+                await asyncio.to_thread(dump.wait_for_log, "switchyard.rules_reloaded", mark)
+                await ws.send_str(create("two", previous_response_id="resp_1"))
+                got_second = [(await ws.receive(timeout=10)).data for _ in range(6)]
+                await assert_nothing_more(ws)
+    finally:
+        dump.stop()
+    assert got[:5] == first[:5] and json.loads(got[5])["type"] == "error"
+    assert got_second[:5] == second[:5] and json.loads(got_second[5])["type"] == "error"
+
+
+async def test_the_openai_sdk_sees_a_reset_after_output_as_a_broken_connection_not_an_end(
+        primary: WsProvider, backup: WsProvider, faulty: Mitmdump) -> None:
+    """`client.responses.connect()` (the `websockets` library beneath): the 1011 close
+    is raised from the iteration, after the real events, where a clean close would have
+    ended it quietly as if the answer were whole."""
+    real = answer_turn("resp_sdk_reset")
+    primary.script(real)
+    client = openai.AsyncOpenAI(api_key="sk-test-ws", base_url=url(primary, "after-reset").removesuffix("/responses"))
+    types: list[str] = []
+    with pytest.raises(ConnectionClosedError) as raised:
+        async with (asyncio.timeout(20),
+                    client.responses.connect(websocket_connection_options={"proxy": faulty.proxy_url}) as connection):
+            await connection.response.create(model="gpt-4o", input="hi")
+            async for server_event in connection:
+                types.append(server_event.type)
+    assert types == [json.loads(m)["type"] for m in real[:5]]
+    assert raised.value.rcvd is not None and raised.value.rcvd.code == 1011
+    assert len(primary.creates) == 1 and backup.creates == []

@@ -152,3 +152,94 @@ def test_a_client_sending_fast_while_its_turn_waits_on_the_upstream_is_held_back
         for _ in range(count):
             expected.update(text.encode())
         assert upstream.others == count and upstream.others_digest.hexdigest() == expected.hexdigest()
+
+
+def test_a_client_that_reads_nothing_for_longer_than_idle_timeout_s_still_gets_the_whole_answer(
+        upstream: WsProvider, tmp_path: Path) -> None:
+    """The upstream is quiet only because Switchyard holds it back for the client: that is
+    no stall (as over HTTP), so the turn is not cut with an error and its upstream dropped."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\nroutes:\n  - name: ws\n    match: {path: /v1/responses}\n"
+                     "    idle_timeout_s: 1\n    upstreams: [{name: primary, url: original}]\n")
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log")
+    count = 300
+    head, end = answer_turn("resp_big")[:5], answer_turn("resp_big")[-1]
+    delta = event("response.output_text.delta", item_id="msg_resp_big", output_index=0, content_index=0,
+                  delta=PIECE)
+    upstream.script([*head, *[delta] * count, end])
+    try:
+        sock, ws = connect(dump, upstream)
+        sock.sendall(ws.send(TextMessage(data=json.dumps({"type": "response.create", "model": "m", "input": "x"}))))
+        sent, unchanged = -1, 0
+        for _ in range(200):  # bounded: until the upstream has been held back for over 2 s
+            time.sleep(0.25)
+            unchanged = unchanged + 1 if upstream.sent == sent else 0
+            sent = upstream.sent
+            if unchanged >= 10 or sent == count + 6:
+                break
+        assert sent < count  # held back for the client
+        texts: list[str] = []
+        part = ""
+        while len(texts) < count + 6:
+            data = sock.recv(1 << 20)
+            assert data, f"the connection ended after {len(texts)} messages"
+            ws.receive_data(data)
+            for item in ws.events():
+                if isinstance(item, TextMessage):
+                    part += item.data
+                    if item.message_finished:
+                        texts.append(part)
+                        part = ""
+        sock.close()
+    finally:
+        dump.stop()
+    log = dump.log()
+    assert texts[-1] == end and texts == [*head, *[delta] * count, end]
+    assert "stream_stalled" not in log and "sent nothing" not in log
+
+
+def test_a_turn_answered_over_http_sse_to_a_client_that_reads_nothing_is_held_back_in_bounded_memory(
+        tmp_path: Path) -> None:
+    """An upstream that speaks only HTTP (`websocket: false`) answers the WebSocket turn
+    with 96 MiB of SSE: while the client reads nothing it is held back as a WebSocket
+    upstream is, and everything arrives whole once the client reads."""
+    plain = WsProvider(websocket=False).start()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\nroutes:\n  - name: ws\n    match: {path: /v1/responses}\n"
+                     f"    upstreams: [{{name: plain, url: \"{plain.http_url}\", websocket: false}}]\n")
+    dump = start_mitmdump(rules, tmp_path / "mitmdump.log")
+    head, end = answer_turn("resp_big")[:5], answer_turn("resp_big")[-1]
+    delta = event("response.output_text.delta", item_id="msg_resp_big", output_index=0, content_index=0,
+                  delta=PIECE)
+    plain.script([*head, *[delta] * MESSAGES, end])
+    try:
+        before_mb = memory_kib(dump.process.pid, "VmRSS") / 1024
+        sock, ws = connect(dump, plain)
+        sock.sendall(ws.send(TextMessage(data=json.dumps({"type": "response.create", "model": "m", "input": "x"}))))
+        rss, unchanged = -1.0, 0
+        for _ in range(200):  # bounded: until mitmdump's memory stops growing a while
+            time.sleep(0.25)
+            now = memory_kib(dump.process.pid, "VmRSS") / 1024
+            unchanged = unchanged + 1 if abs(now - rss) < 1 else 0
+            rss = now
+            if unchanged >= 8:
+                break
+        grown_mb = memory_kib(dump.process.pid, "VmRSS") / 1024 - before_mb
+        digest, expected = hashlib.sha256(), hashlib.sha256()
+        for text in [*head, *[delta] * MESSAGES, end]:
+            expected.update(text.encode())
+        got = 0
+        while got < MESSAGES + 6:
+            data = sock.recv(1 << 20)
+            assert data, f"the connection ended after {got} messages"
+            ws.receive_data(data)
+            for item in ws.events():
+                if isinstance(item, TextMessage):
+                    digest.update(item.data.encode())
+                    got += item.message_finished
+        sock.close()
+    finally:
+        dump.stop()
+        plain.stop()
+    assert grown_mb < GROWTH_BOUND_MB
+    assert got == MESSAGES + 6 and digest.hexdigest() == expected.hexdigest()

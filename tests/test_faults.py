@@ -72,6 +72,15 @@ def test_a_retired_plan_never_fires() -> None:
     assert plan.pick("r", "a") is None and plan.fired == [0]
 
 
+def test_a_reload_retires_only_the_faults_that_left_the_file() -> None:
+    kept, gone = spec(kind="reset", count=2), spec(kind="stall")
+    plan = FaultPlan((gone, kept))
+    plan.retire((spec(kind="reset", count=2), spec(kind="sse_error")))
+    assert [plan.pick("r", "a") for _ in range(3)] == [kept, kept, None]  # its own count goes on
+    plan.retire(())
+    assert plan.pick("r", "a") is None and plan.fired == [0, 2]
+
+
 def test_sse_error_after_frames_truncates_the_real_stream() -> None:
     real = wire.chat_stream("one two three")
     answer, body, error = read(lambda: FaultyAnswer(Recorded([b"".join(real)]), spec(kind="sse_error", status=429, after_frames=2), "openai-chat"))

@@ -3,6 +3,7 @@ real hooks and relay (mitmproxy.test's taddons, a real View, a loopback provider
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,19 @@ async def test_a_backups_own_key_split_across_two_reads_of_what_it_sends_is_stil
     provider.script("backup", Reply.sse(failure, 0.2, echo[:cut], 0.2, echo[cut:near], 0.2, echo[near:], wire.CHAT_DONE))
     body, _ = await played(rules(tmp_path, provider, BACKUP_WITH_ITS_OWN_KEY), the_flow(provider))
     assert body == failure + echo.replace(key.encode(), b"[redacted]") + wire.CHAT_DONE
+
+
+@pytest.mark.parametrize("key", ["sk-clé-KEY-0a1b2c3d", 'sk-"quoted"/KEY\\0a1b'])
+async def test_a_backups_own_key_echoed_json_escaped_is_redacted(
+        tmp_path: Path, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    """A key with characters JSON escapes (non-ASCII, a quote, a backslash) is echoed as
+    the upstream's JSON encoder writes it (`\\u00e9`, `\\"`, PHP's `\\/`): still `[redacted]`."""
+    monkeypatch.setenv("SWY_BOUNDS_KEY", key)
+    provider.script("primary", Reply.sse(wire.chat_error(503, "provider overloaded")))
+    escaped = json.dumps(key)[1:-1]
+    raw = ('{"error": {"message": "Rate limit for key %s; again: %s", "type": "rate_limit_error"}}'
+           % (escaped, escaped.replace("/", "\\/"))).encode()
+    provider.script("backup", Reply.json(429, raw))
+    body, shown = await played(rules(tmp_path, provider, BACKUP_WITH_ITS_OWN_KEY), the_flow(provider))
+    assert json.loads(body)["error"]["message"] == "Rate limit for key [redacted]; again: [redacted]"
+    assert b"KEY" not in shown[1].response.content

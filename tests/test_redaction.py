@@ -53,3 +53,52 @@ def test_at_the_end_a_held_start_of_a_value_is_redacted_and_a_short_one_kept() -
     assert PARTIAL_SECRET_MIN > len(b"sk-")  # three bytes say nothing of a key
     assert short_start.feed(b"cut at sk-") == b"cut at "
     assert short_start.flush() == b"sk-"
+
+
+# values that overlap, or one of which begins another: two keys of one account
+# ("org-…" and "org-…-key"), a key and the header value it was cut from
+PREFIXED = (b"org-ab12cd34", b"org-ab12cd34-sk9876543")
+OVERLAPPING = (b"abcdefgh12345678", b"12345678ABCDEFGH")
+
+
+def test_a_value_that_begins_another_is_held_and_the_longer_one_goes_whole() -> None:
+    redactor = StreamRedactor(PREFIXED)
+    out = redactor.feed(b"key org-ab12cd34") + redactor.feed(b"-sk9876543 ok\n\n") + redactor.flush()
+    assert out == b"key [redacted] ok\n\n"
+    assert redact_bytes(b"key org-ab12cd34-sk9876543 ok", PREFIXED) == b"key [redacted] ok"
+
+
+def test_the_shorter_value_at_the_end_of_a_read_goes_when_no_longer_one_follows() -> None:
+    redactor = StreamRedactor(PREFIXED)
+    assert redactor.feed(b"key org-ab12cd34") == b"key "
+    assert redactor.feed(b" and more") == b"[redacted] and more"
+    redactor = StreamRedactor(PREFIXED)
+    assert redactor.feed(b"key org-ab12cd34") == b"key "
+    assert redactor.flush() == b"[redacted]"
+
+
+def test_values_that_overlap_leave_no_byte_of_either() -> None:
+    data = b"x abcdefgh12345678ABCDEFGH y"
+    assert redact_bytes(data, OVERLAPPING) == b"x [redacted] y"
+    assert redact_bytes(data, OVERLAPPING[::-1]) == b"x [redacted] y"
+    for cut in range(len(data) + 1):
+        redactor = StreamRedactor(OVERLAPPING)
+        assert redactor.feed(data[:cut]) + redactor.feed(data[cut:]) + redactor.flush() == b"x [redacted] y", cut
+
+
+@given(st.lists(st.sampled_from([b"data: ", b"org-ab12cd34", b"-sk9876543", b"org-", b"abcdefgh", b"12345678",
+                                 b"ABCDEFGH", b"\n\n", b"x"]), max_size=30),
+       st.lists(st.integers(min_value=0, max_value=400), max_size=10))
+def test_overlapping_and_prefixed_values_however_the_stream_is_cut(words: list[bytes], cuts: list[int]) -> None:
+    secrets = (*PREFIXED, *OVERLAPPING)
+    data = b"".join(words) + b"\n\n"
+    pieces, rest = fed(StreamRedactor(secrets), data, [c for c in cuts if c <= len(data)])
+    assert b"".join(pieces) + rest == redact_bytes(data, secrets)
+    for secret in secrets:
+        assert secret not in b"".join(pieces) + rest
+
+
+def test_a_run_of_one_repeated_value_is_not_held_without_bound() -> None:
+    redactor = StreamRedactor((b"aaaaaaaa",))
+    passed = sum(len(redactor.feed(b"a" * 1000)) for _ in range(100))
+    assert passed > 0 and len(redactor.flush()) <= len(b"[redacted]")

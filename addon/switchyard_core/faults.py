@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .apis import APIS
 from .apis.errors import code_and_type_for_status
@@ -38,12 +38,13 @@ class FaultPlan:
         self.specs = specs
         self.fired = [0] * len(specs)
         self._rng = rng
-        self.retired = False
+        self._retired = [False] * len(specs)
 
-    def retire(self) -> None:
-        """The rules were reloaded: these faults are out of the file and fire no more,
-        also for what still runs on the old rules (a WebSocket opened before)."""
-        self.retired = True
+    def retire(self, still: Sequence[FaultSpec] = ()) -> None:
+        """The rules were reloaded: the faults no longer in the file fire no more, also
+        for what still runs on the old rules (a WebSocket opened before); those `still`
+        in it go on there, with their counts."""
+        self._retired = [gone or spec not in still for spec, gone in zip(self.specs, self._retired)]
 
     def describe(self) -> list[str]:
         """One line per fault, with how often it has fired (for the log and `switchyard.status`)."""
@@ -58,10 +59,8 @@ class FaultPlan:
     def pick(self, route: str, upstream: str) -> FaultSpec | None:
         """The first matching fault wins; its rate is drawn per attempt, and its count
         restarts with each new set of rules (a new FaultPlan)."""
-        if self.retired:
-            return None
         for index, spec in enumerate(self.specs):
-            if spec.route != route or (spec.upstream is not None and spec.upstream != upstream):
+            if self._retired[index] or spec.route != route or (spec.upstream is not None and spec.upstream != upstream):
                 continue
             if spec.count is not None and self.fired[index] >= spec.count:
                 continue

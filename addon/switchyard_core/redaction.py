@@ -12,6 +12,7 @@ environment also in what it passes on from an upstream.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from urllib.parse import unquote_plus, urlsplit
@@ -88,39 +89,84 @@ def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable
 
 def env_secrets(upstream: Upstream) -> tuple[bytes, ...]:
     """What the upstream's `${VAR}`s were filled with, as bytes: an upstream may echo its
-    own key ("Incorrect API key provided: sk-..."), and what it sends is passed on."""
-    return tuple(value.encode("utf-8", "surrogateescape") for value in _longest_first(upstream.env_values))
+    own key ("Incorrect API key provided: sk-..."), and what it sends is passed on.  Each
+    also as JSON strings write it (`\\u00e9`, `\\"`, `\\\\`, and `\\/` as some encoders do):
+    an echo is usually inside one."""
+    found = set()
+    for value in _longest_first(upstream.env_values):
+        for written in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
+            found |= {written, written.replace("/", "\\/")}
+    return tuple(sorted((written.encode("utf-8", "surrogateescape") for written in found), key=len, reverse=True))
 
 
 def redact_bytes(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    """`data` with every byte any value covers replaced: values that overlap (one key's
+    tail another's start) or begin one another go as one `[redacted]`, whichever is
+    looked for first."""
+    spans = _spans(data, secrets)
+    if not spans:
+        return data
+    out: list[bytes] = []
+    at = 0
+    for start, end in spans:
+        out += (data[at:start], b"[redacted]")
+        at = end
+    out.append(data[at:])
+    return b"".join(out)
+
+
+def _spans(data: bytes, secrets: tuple[bytes, ...]) -> list[tuple[int, int]]:
+    """Where values occur in `data`, overlapping occurrences merged, in order."""
+    found = []
     for secret in secrets:
-        if secret in data:
-            data = data.replace(secret, b"[redacted]")
-    return data
+        start = data.find(secret)
+        while start != -1:
+            found.append((start, start + len(secret)))
+            start = data.find(secret, start + 1)
+    if not found:
+        return []
+    found.sort()
+    merged = [found[0]]
+    for start, end in found[1:]:
+        last_start, last_end = merged[-1]
+        if start < last_end:
+            merged[-1] = (last_start, max(last_end, end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 class StreamRedactor:
     """`redact_bytes` over a stream of reads: a value split across two reads is still
-    caught.  A read's tail is held back while it could begin a value, which is rare
-    (it must match a value's first bytes) and costs nothing where none does; what is
-    still held when the stream ends began a value, and is redacted as a cut message's
-    tail is (`redact`)."""
+    caught.  A read's tail is held back while it could begin a value (a shorter value
+    that begins a longer one too), which is rare (it must match a value's first bytes)
+    and costs nothing where none does; what is still held when the stream ends began
+    a value, and is redacted as a cut message's tail is (`redact`)."""
 
     def __init__(self, secrets: tuple[bytes, ...]) -> None:
         self.secrets = secrets
         self._held = b""
+        # how much may be held for values that overlap a held start: a run of them is passed on
+        self._hold_limit = 2 * max((len(secret) for secret in secrets), default=0)
 
     def feed(self, data: bytes) -> bytes:
         """What may be passed on now, of what was held and `data`."""
-        data = redact_bytes(self._held + data, self.secrets)
-        kept = self._open_tail(data)
-        self._held = data[len(data) - kept:] if kept else b""
-        return data[:len(data) - kept]
+        data = self._held + data
+        keep_from = len(data) - self._open_tail(data)
+        for start, end in _spans(data, self.secrets):
+            if start < keep_from < end:  # a whole value runs into the held start: it waits with it
+                keep_from = start if len(data) - start <= self._hold_limit else end
+                break
+        self._held = data[keep_from:]
+        return redact_bytes(data[:keep_from], self.secrets)
 
     def flush(self) -> bytes:
         """What was held back, at the stream's end: the start of a value goes too."""
-        held, self._held = self._held, b""
-        return b"[redacted]" if len(held) >= PARTIAL_SECRET_MIN else held
+        held, self._held = redact_bytes(self._held, self.secrets), b""
+        open_start = self._open_tail(held)
+        if open_start >= PARTIAL_SECRET_MIN:
+            return held[:len(held) - open_start] + b"[redacted]"
+        return held
 
     def _open_tail(self, data: bytes) -> int:
         """How many of `data`'s last bytes begin some value (without being all of it)."""

@@ -123,7 +123,7 @@ class WsProvider:
         self.others = 0  # text messages received that are no response.create
         self.others_digest = hashlib.sha256()  # of their texts, in order
         self._release: asyncio.Event | None = None
-        self._scripts: deque[list[str | float]] = deque()
+        self._scripts: deque[list[str | bytes | float]] = deque()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -143,7 +143,7 @@ class WsProvider:
         line in absolute form with the URL's scheme, and mitmproxy takes only http(s)."""
         return f"http://127.0.0.1:{self.port}/v1/responses"
 
-    def script(self, *turns: list[str | float]) -> None:
+    def script(self, *turns: list[str | bytes | float]) -> None:
         with self._lock:
             self._scripts.extend(turns)
 
@@ -183,7 +183,7 @@ class WsProvider:
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self._ssl).start()
 
-    def _next(self, turn: int) -> list[str | float]:
+    def _next(self, turn: int) -> list[str | bytes | float]:
         with self._lock:
             return self._scripts.popleft() if self._scripts else list(answer_turn(f"resp_default{turn}"))
 
@@ -201,6 +201,8 @@ class WsProvider:
                 await asyncio.sleep(item)
             elif item == CLOSE:
                 break
+            elif isinstance(item, bytes):
+                continue  # a binary message: SSE has none
             else:
                 kind = json.loads(item).get("type", "message") if item.startswith("{") else "message"
                 await response.write(f"event: {kind}\ndata: {item}\n\n".encode())
@@ -235,6 +237,9 @@ class WsProvider:
             for item in self._next(turn):
                 if isinstance(item, float | int):
                     await asyncio.sleep(item)
+                elif isinstance(item, bytes):
+                    await ws.send_bytes(item)  # a binary message
+                    self.sent += 1
                 elif item == CLOSE:
                     await ws.close()
                     return ws

@@ -108,7 +108,8 @@ class RulesKeeper:
         first = self.rules is None
         self.rules = rules
         if self.faults is not None:
-            self.faults.retire()  # what is in flight on the old rules (a WebSocket's turns) fails no more
+            # what is in flight on the old rules (a WebSocket's turns) fails no more, but for faults still in the file
+            self.faults.retire(rules.faults)
         self.faults = FaultPlan(rules.faults) if rules.faults else None
         self._mtime = self._current_mtime()
         for warning in rules.warnings:

@@ -53,7 +53,8 @@ from ..upstreams.messages import (
     secret_header_names,
     transport_failure,
 )
-from ..upstreams.websocket import NOT_A_WEBSOCKET, Binary, Closed, Refused, UpstreamSocket, websocket_url
+from ..upstreams.websocket import (NOT_A_WEBSOCKET, Binary, Closed, Refused, UpstreamSocket, redact_message,
+                                   websocket_url)
 from .carry import is_warm_up, response_id
 from .endings import Endings
 from .faulty_messages import FaultyMessages
@@ -118,7 +119,8 @@ class TurnSink:
         self.session.to_client(websocket_error(status, body) if status >= 300 else body)
 
     def pace(self, producer: Body | None) -> None:
-        """Messages are small and few: the upstream is not held back for the client."""
+        """While the client reads nothing, the HTTP answer is held back as a socket's is."""
+        self.session.pace(producer)
 
     def abort(self) -> None:
         self.session.break_client("upstream answer broke off")
@@ -281,8 +283,9 @@ class TurnLoop(AttemptLoop):
                 async with asyncio.timeout(wait):
                     item = await inbox.get()
             except TimeoutError:
-                if turn.output and wait is not None and time.monotonic() - self.session.last_passed < wait:
-                    continue  # the hot path passed messages meanwhile: not silent
+                if turn.output and wait is not None and (self.session.held_for_client
+                                                         or time.monotonic() - self.session.last_passed < wait):
+                    continue  # the hot path passed messages meanwhile, or the client holds it back: not silent
                 return await self._silent(attempt, link, failed_after_output, deadline)
             if isinstance(item, Closed):
                 if not gate.committed:
@@ -405,7 +408,8 @@ class TurnLoop(AttemptLoop):
                 # nothing of it can be taken for the next attempt's
                 self.session.drop(link)
             self.turn.response_id = None
-            self.end.last_messages = held
+            # forwarded should every later attempt fail, when the socket is another upstream's
+            self.end.last_messages = [redact_message(message, attempt.secrets) for message in held]
             return failed
         # the last possible attempt: the client gets it as the upstream sent it
         attempt.record.reached("forwarded")

@@ -16,12 +16,14 @@ from typing import Any
 from wsproto import ConnectionType
 from wsproto.connection import Connection
 from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMessage
+from wsproto.frame_protocol import CloseReason
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
 
 from .. import observe
 from ..upstreams.websocket import MESSAGE_LIMIT, Binary
 
 UNSENDABLE_CLOSE = frozenset({1005, 1006, 1015})  # codes a close frame may not carry
+BROKEN_CLOSE = frozenset({1006, 1015})  # of those, the ones that say the connection broke
 BROKE = 1011  # "an unexpected condition": the close the client gets when the upstream side broke
 
 
@@ -56,17 +58,20 @@ class ClientSocket(asyncio.Protocol):
         self.transport.write(self._ws.send(event))
 
     def close(self, code: int, reason: str) -> None:
-        """A close after everything written before it; a code no close frame may
-        carry (1006: the upstream broke) is told as a failure (`failed`)."""
-        if code in UNSENDABLE_CLOSE:
+        """A close after everything written before it; a broken connection (1006,
+        1015: no close frame) is told as a failure (`failed`), and a close without a
+        code (1005) is passed on as one: a clean end."""
+        if code in BROKEN_CLOSE:
             self.failed(reason or "upstream connection broke")
             return
         if self.closed:
             return
         self.closed = True
         if self.transport is not None and not self.transport.is_closing():
+            close = (CloseConnection(code=CloseReason.NO_STATUS_RCVD) if code == CloseReason.NO_STATUS_RCVD
+                     else CloseConnection(code=code, reason=reason))
             try:
-                self.transport.write(self._ws.send(CloseConnection(code=code, reason=reason)))
+                self.transport.write(self._ws.send(close))
             except LocalProtocolError:
                 pass
             self.transport.close()

@@ -31,11 +31,12 @@ from ..attempts.carry import as_http_body, as_message, fold, is_warm_up, parse_c
 from ..attempts.faulty_messages import FaultStep, FaultyMessages
 from ..attempts.turn import TRANSPORT, Turn, TurnLoop, narrowed
 from ..exchange import Exchange, OriginalRequest
-from ..redaction import env_secrets, redact_bytes
+from ..redaction import env_secrets
 from ..rules import Upstream
+from ..upstreams.body import Body
 from ..upstreams.client import UpstreamClient
 from ..upstreams.messages import UpstreamRequest
-from ..upstreams.websocket import Binary, Closed, UpstreamSocket, open_socket
+from ..upstreams.websocket import Binary, Closed, UpstreamSocket, open_socket, redact_message
 from .websocket_server import UNSENDABLE_CLOSE, ClientSocket
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ class WebSocketSession:
         self._fault: FaultyMessages | None = None  # the attempt's fault, until it fires (see receive)
         self._plain: Callable[[bytes], bool] | None = None  # see pass_plain_content
         self.last_passed = 0.0  # when the hot path last passed a message (the turn's idle bound counts it)
+        self.held_for_client = False  # the client is not reading: the upstream is held (see _hold_upstream)
+        self._producer: Body | None = None  # a turn's HTTP answer being passed on (see pace)
         self._sent: Callable[[bytes], None] | None = None  # told each message of the turn (see keep_sent)
         self._http_only: set[str] = set()
         self._rewrite = False  # what the last turn left is after output: capacity codes rewritten
@@ -170,13 +173,25 @@ class WebSocketSession:
             self._task.cancel()  # a turn in progress is nobody's now
 
     def _hold_upstream(self, paused: bool) -> None:
-        """While mitmproxy is not reading, neither is the upstream socket."""
+        """While mitmproxy is not reading, neither is the upstream socket (and its quiet
+        meanwhile is no stall: the turn's idle bound counts from when the client reads again)."""
+        self.held_for_client = paused
+        if not paused:
+            self.last_passed = time.monotonic()
+        if self._producer is not None:
+            self._producer.hold(paused)
         link = self._link
         if link is not None and link.transport is not None and not link.transport.is_closing():
             if paused:
                 link.transport.pause_reading()
             else:
                 link.transport.resume_reading()
+
+    def pace(self, producer: Body | None) -> None:
+        """A turn's HTTP answer, held back while the client reads nothing (None: it ended)."""
+        self._producer = producer
+        if producer is not None and self.held_for_client:
+            producer.hold(True)
 
     def _forward(self, message: str | bytes) -> None:
         """A client message that starts no turn: to the connection's upstream socket."""
@@ -313,6 +328,8 @@ class WebSocketSession:
         self._link, self._link_upstream, self._secrets = link, upstream.name, env_secrets(upstream)
         link.listen(self._from_upstream_of(link))
         link.paused = self._upstream_paused_of(link)
+        if self.held_for_client and link.transport is not None:
+            link.transport.pause_reading()  # a retry's or fallback's socket, while the client reads nothing
         return link
 
     def _upstream_paused_of(self, link: UpstreamSocket) -> Callable[[bool], None]:
@@ -403,10 +420,9 @@ class WebSocketSession:
     # --- the client's side -----------------------------------------------------------
 
     def to_client(self, message: bytes) -> None:
-        """A message for the client; an upstream's own `${VAR}` values in it are
-        redacted (a message is whole: no value is split across two)."""
-        if self._secrets and not isinstance(message, Binary):
-            message = redact_bytes(message, self._secrets)
+        """A message for the client, text or binary; an upstream's own `${VAR}` values in
+        it are redacted (a message is whole: no value is split across two)."""
+        message = redact_message(message, self._secrets)
         self.client.send(message)
         if self._sent is not None:
             self._sent(message)

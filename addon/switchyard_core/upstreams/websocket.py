@@ -30,6 +30,7 @@ from wsproto.events import (
 from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
+from ..redaction import redact_bytes
 from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest
 
 # a message (or a refused handshake's body) larger than this breaks the connection
@@ -44,6 +45,12 @@ _HANDSHAKE_OWN = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-w
 
 class Binary(bytes):
     """A binary message's payload (text messages are plain `bytes`, UTF-8)."""
+
+
+def redact_message(message: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    """A message with `secrets` redacted, binary if it was."""
+    redacted = redact_bytes(message, secrets) if secrets else message
+    return Binary(redacted) if isinstance(message, Binary) and redacted is not message else redacted
 
 
 @dataclass(frozen=True, slots=True)
