@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.fake_provider import FakeProvider
 from tests.support.mitm import Mitmdump, start_mitmdump
+from tests.support.ws_provider import WsProvider
 
 CLIENT_SECRET = "sk-client-SECRET-1b2c3d"
 BACKUP_SECRET = "sk-backup-SECRET-9z8y7x"
@@ -206,3 +207,49 @@ def env(provider: FakeProvider, mitm: Mitmdump) -> Iterator[Env]:
     provider.reset()
     yield Env(provider, mitm, Path(mitm.log_path).parent / "rules.yaml")
     provider.reset()
+
+
+# --- loopback Responses WebSocket upstreams, one set per test module ---------------------
+
+
+def _serving(provider: WsProvider) -> Iterator[WsProvider]:
+    provider.start()
+    yield provider
+    provider.stop()
+
+
+def _fresh(provider: WsProvider) -> Iterator[WsProvider]:
+    provider.reset()
+    yield provider
+    provider.reset()
+
+
+@pytest.fixture(scope="module")
+def primary_provider() -> Iterator[WsProvider]:
+    yield from _serving(WsProvider())
+
+
+@pytest.fixture(scope="module")
+def backup_provider() -> Iterator[WsProvider]:
+    yield from _serving(WsProvider())
+
+
+@pytest.fixture(scope="module")
+def plain_provider() -> Iterator[WsProvider]:
+    yield from _serving(WsProvider(websocket=False))  # refuses the upgrade: speaks HTTP SSE only
+
+
+@pytest.fixture
+def primary(primary_provider: WsProvider) -> Iterator[WsProvider]:
+    """The module's first upstream, with no script and no records left by another test."""
+    yield from _fresh(primary_provider)
+
+
+@pytest.fixture
+def backup(backup_provider: WsProvider) -> Iterator[WsProvider]:
+    yield from _fresh(backup_provider)
+
+
+@pytest.fixture
+def plain(plain_provider: WsProvider) -> Iterator[WsProvider]:
+    yield from _fresh(plain_provider)

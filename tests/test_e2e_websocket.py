@@ -79,27 +79,6 @@ TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
 
 
 @pytest.fixture(scope="module")
-def ws_provider() -> Iterator[WsProvider]:
-    provider = WsProvider().start()
-    yield provider
-    provider.stop()
-
-
-@pytest.fixture(scope="module")
-def backup_provider() -> Iterator[WsProvider]:
-    provider = WsProvider().start()
-    yield provider
-    provider.stop()
-
-
-@pytest.fixture(scope="module")
-def plain_provider() -> Iterator[WsProvider]:
-    provider = WsProvider(websocket=False).start()  # refuses the upgrade with 404: speaks HTTP SSE only
-    yield provider
-    provider.stop()
-
-
-@pytest.fixture(scope="module")
 def saved_flows(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("mitm-ws-flows") / "flows"
 
@@ -116,28 +95,9 @@ def ws_mitm(tmp_path_factory: pytest.TempPathFactory, backup_provider: WsProvide
 
 
 @pytest.fixture
-def upstream(ws_provider: WsProvider) -> Iterator[WsProvider]:
-    ws_provider.reset()
-    yield ws_provider
-    ws_provider.reset()
-
-
-@pytest.fixture
-def backup(backup_provider: WsProvider) -> Iterator[WsProvider]:
-    backup_provider.reset()
-    yield backup_provider
-    backup_provider.reset()
-
-
-@pytest.fixture
-def plain(plain_provider: WsProvider) -> Iterator[WsProvider]:
-    plain_provider.reset()
-    yield plain_provider
-    plain_provider.reset()
-
-
-def url_of(provider: WsProvider, prefix: str) -> str:
-    return provider.proxied_url.replace("/v1/responses", f"/{prefix}/v1/responses")
+def upstream(primary: WsProvider) -> WsProvider:
+    """The route's first upstream, `url: original`."""
+    return primary
 
 
 def create(text: str, **extra: object) -> str:
@@ -384,7 +344,7 @@ async def test_first_output_timeout_retries_the_first_turn_on_a_fresh_connection
     mark = ws_mitm.log_mark()
     request = create("slow one")
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url_of(upstream, "slow"), proxy=ws_mitm.proxy_url) as ws:
+        async with session.ws_connect(upstream.proxied_url_under("slow"), proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(request)
             got = await receive_turn(ws)
             await assert_nothing_more(ws, wait=1.5)  # the stale answer never comes
@@ -406,7 +366,7 @@ async def test_first_output_timeout_fires_on_a_silent_second_turn(upstream: WsPr
     upstream.script(first, late[:1] + [1.5] + late[1:])
     mark = ws_mitm.log_mark()
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url_of(upstream, "slow"), proxy=ws_mitm.proxy_url) as ws:
+        async with session.ws_connect(upstream.proxied_url_under("slow"), proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(create("one"))
             assert await receive_turn(ws) == first
             await ws.send_str(create("two", previous_response_id="resp_one"))
@@ -451,7 +411,7 @@ async def test_the_backup_answers_over_websocket_and_keeps_the_connection(
                        "input": [{"role": "user", "content": "more"}]})
     third = create("next", previous_response_id="resp_backup")
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url_of(upstream, "fallback"), proxy=ws_mitm.proxy_url,
+        async with session.ws_connect(upstream.proxied_url_under("fallback"), proxy=ws_mitm.proxy_url,
                                       headers={"Authorization": "Bearer sk-client-key"}) as ws:
             await ws.send_str(prewarm)
             assert await receive_turn(ws) == warm
@@ -489,7 +449,7 @@ async def test_the_backup_answers_over_http_sse_when_it_refuses_the_upgrade(
     mark = ws_mitm.log_mark()
     real = create("hello", metadata={"k": "v"})
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url_of(upstream, "tohttp"), proxy=ws_mitm.proxy_url,
+        async with session.ws_connect(upstream.proxied_url_under("tohttp"), proxy=ws_mitm.proxy_url,
                                       headers={"Authorization": "Bearer sk-client-key"}) as ws:
             await ws.send_str(real)
             got = await receive_turn(ws)
@@ -513,7 +473,7 @@ async def test_an_upstream_with_websocket_false_is_asked_over_http_only(
     good = answer_turn("resp_http", "Over HTTP")
     backup.script(good)
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url_of(upstream, "httponly"), proxy=ws_mitm.proxy_url) as ws:
+        async with session.ws_connect(upstream.proxied_url_under("httponly"), proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(create("hello"))
             got = await receive_turn(ws)
             for _ in range(100):  # bounded: until the primary sees its socket end
@@ -537,7 +497,7 @@ async def test_the_flow_tells_which_upstream_each_turn_went_to_and_why(upstream:
     try:
         mark = dump.log_mark()
         async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url) as ws:
+            async with session.ws_connect(upstream.proxied_url_under("fallback"), proxy=dump.proxy_url) as ws:
                 for turn in (create("", generate=False), create("real", previous_response_id="resp_warm"),
                              create("next", previous_response_id="resp_b1")):
                     await ws.send_str(turn)
@@ -588,11 +548,11 @@ async def test_mitmweb_shows_each_failed_attempt_and_status_counts_websocket_tur
 
         mark = dump.log_mark()
         async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url,
+            async with session.ws_connect(upstream.proxied_url_under("fallback"), proxy=dump.proxy_url,
                                           headers={"Authorization": "Bearer sk-client-key"}) as ws:
                 await ws.send_str(create("one"))
                 await receive_turn(ws)  # answered on retry
-            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url) as ws:
+            async with session.ws_connect(upstream.proxied_url_under("fallback"), proxy=dump.proxy_url) as ws:
                 await ws.send_str(create("two"))
                 await receive_turn(ws)  # the backup answered
         await asyncio.to_thread(dump.wait_for_log, "switchyard.websocket_closed", mark, 10.0, 2)
@@ -617,7 +577,7 @@ async def test_a_warm_up_bound_for_http_is_answered_by_switchyard_and_folded_int
     good = answer_turn("resp_http", "Over HTTP")
     backup.script(good)
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url_of(upstream, "httponly"), proxy=ws_mitm.proxy_url) as ws:
+        async with session.ws_connect(upstream.proxied_url_under("httponly"), proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(create("", generate=False, instructions="be brief", input=[]))
             warm = await receive_turn(ws)
             rid = json.loads(warm[0])["response"]["id"]
@@ -647,7 +607,7 @@ async def test_a_later_turn_over_http_is_forwarded_with_capacity_codes_rewritten
     first, failing = answer_turn("resp_http", "Over HTTP"), overload_turn("resp_http2")
     plain.script(first, failing)
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url_of(upstream, "tohttp"), proxy=ws_mitm.proxy_url) as ws:
+        async with session.ws_connect(upstream.proxied_url_under("tohttp"), proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(create("hello"))
             assert await receive_turn(ws) == first
             await ws.send_str(create("next", previous_response_id="resp_http"))
@@ -677,7 +637,7 @@ async def test_held_messages_past_the_staging_limit_commit_and_pass(upstream: Ws
     turn = [event("response.created", sequence_number=0, response=big), *overload_turn("resp_big")[1:]]
     upstream.script(turn)
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url_of(upstream, "small"), proxy=ws_mitm.proxy_url) as ws:
+        async with session.ws_connect(upstream.proxied_url_under("small"), proxy=ws_mitm.proxy_url) as ws:
             await ws.send_str(create("big"))
             got = await receive_turn(ws)
             await assert_nothing_more(ws)
@@ -700,7 +660,7 @@ async def test_a_backup_on_https_is_asked_over_wss_verified_like_any_upstream(up
         secure.script(good)
         mark = dump.log_mark()
         async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url) as ws:
+            async with session.ws_connect(upstream.proxied_url_under("fallback"), proxy=dump.proxy_url) as ws:
                 await ws.send_str(create("secure"))
                 got = await receive_turn(ws)
         log = dump.wait_for_log("switchyard.fallback_answered", mark)
@@ -732,7 +692,7 @@ async def test_a_backups_own_key_echoed_over_websocket_reaches_neither_the_clien
     backup.script([failed_turn("resp_b1")[0], refused], answer)
     try:
         async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(url_of(upstream, "fallback"), proxy=dump.proxy_url) as ws:
+            async with session.ws_connect(upstream.proxied_url_under("fallback"), proxy=dump.proxy_url) as ws:
                 await ws.send_str(create("hi"))
                 got = await receive_turn(ws)
         log = dump.wait_for_log("switchyard.websocket_closed")

@@ -73,13 +73,6 @@ SENT = "Hello, wor"  # what the client has when the cut comes
 
 
 @pytest.fixture(scope="module")
-def primary_provider() -> Iterator[WsProvider]:
-    provider = WsProvider().start()
-    yield provider
-    provider.stop()
-
-
-@pytest.fixture(scope="module")
 def backup_provider() -> Iterator[WsProvider]:
     provider = WsProvider().start()
     yield provider
@@ -96,22 +89,6 @@ def dump(tmp_path_factory: pytest.TempPathFactory, backup_provider: WsProvider) 
     started.stop()
 
 
-@pytest.fixture
-def primary(primary_provider: WsProvider) -> Iterator[WsProvider]:
-    primary_provider.reset()
-    yield primary_provider
-    primary_provider.reset()
-
-
-@pytest.fixture
-def backup(backup_provider: WsProvider) -> Iterator[WsProvider]:
-    backup_provider.reset()
-    yield backup_provider
-    backup_provider.reset()
-
-
-def url(provider: WsProvider, route: str) -> str:
-    return provider.proxied_url.replace("/v1/responses", f"/{route}/v1/responses")
 
 
 def cut_turn(rid: str, then: list[str | float]) -> list[str | float]:
@@ -170,7 +147,7 @@ async def test_a_websocket_closed_after_output_is_finished_by_a_prefill_and_the_
     mark = dump.log_mark()
     first = create("hi")
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "cont"), proxy=dump.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("cont"), proxy=dump.proxy_url) as ws:
             await ws.send_str(first)
             got = await receive_turn(ws)
             await ws.send_str(create("and then?", previous_response_id="resp_cut"))
@@ -207,7 +184,7 @@ async def test_a_turn_answered_over_http_sse_and_cut_is_finished_the_same_way(
     cut = cut_turn("resp_h", [CLOSE])  # over HTTP: the stream ends there
     primary.script(cut, full_answer_turn("resp_more", WHOLE[len(SENT):]), full_answer_turn("resp_h2", "Again."))
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "overhttp"), proxy=dump.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("overhttp"), proxy=dump.proxy_url) as ws:
             await ws.send_str(create("hi"))
             got = await receive_turn(ws)
             await ws.send_str(create("more", previous_response_id="resp_h"))
@@ -233,7 +210,7 @@ async def test_a_connection_broken_after_output_is_finished_too(
     primary.script(cut_turn("resp_reset", [0.2, *whole[3:]]), full_answer_turn("resp_more", WHOLE[len(SENT):]))
     mark = dump.log_mark()
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "reset"), proxy=dump.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("reset"), proxy=dump.proxy_url) as ws:
             await ws.send_str(create("hi"))
             got = await receive_turn(ws)
             await assert_nothing_more(ws)
@@ -255,7 +232,7 @@ async def test_a_stall_after_output_is_regenerated_by_the_backup_when_the_primar
     mark = dump.log_mark()
     request = create("hi", store=False)
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "regen"), proxy=dump.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("regen"), proxy=dump.proxy_url) as ws:
             await ws.send_str(request)
             got = await receive_turn(ws)
             await assert_nothing_more(ws, wait=2.5)  # nothing of the stalled answer, ever
@@ -283,7 +260,7 @@ async def test_when_no_continuation_finishes_the_answer_the_client_gets_the_clos
     backup.script(full_answer_turn("resp_y", "Something else."))
     mark = dump.log_mark()
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "regen"), proxy=dump.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("regen"), proxy=dump.proxy_url) as ws:
             await ws.send_str(create("hi"))
             got = [(await ws.receive(timeout=10)).data for _ in range(5)]
             closing = await ws.receive(timeout=10)
@@ -302,7 +279,7 @@ async def test_a_route_without_continue_after_cut_ends_the_turn_as_before(
     primary.script(cut)
     mark = dump.log_mark()
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "plain"), proxy=dump.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("plain"), proxy=dump.proxy_url) as ws:
             await ws.send_str(create("hi"))
             got = [(await ws.receive(timeout=10)).data for _ in range(5)]
             end = await ws.receive(timeout=10)
@@ -387,7 +364,7 @@ async def test_reasoning_the_client_got_whole_is_carried_back_and_kept_in_its_an
     ]
     primary.script(cut, continuation, full_answer_turn("resp_next", "Next."))
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "cont"), proxy=dump.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("cont"), proxy=dump.proxy_url) as ws:
             await ws.send_str(create("hi", store=False, include=["reasoning.encrypted_content"]))
             got = await receive_turn(ws)
             await ws.send_str(create("next", store=False, previous_response_id="resp_r"))
@@ -424,7 +401,7 @@ async def test_an_answer_longer_than_the_staging_limit_is_not_continued(
     primary.script(long)
     mark = dump.log_mark()
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "small"), proxy=dump.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("small"), proxy=dump.proxy_url) as ws:
             await ws.send_str(create("hi"))
             got = [(await ws.receive(timeout=10)).data for _ in range(5)]
             closing = await ws.receive(timeout=10)
@@ -450,10 +427,10 @@ async def test_the_flow_story_mitmweb_and_status_say_who_continued_each_turn(
     try:
         mark = web.log_mark()
         async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(url(primary, "cont"), proxy=web.proxy_url) as ws:
+            async with session.ws_connect(primary.proxied_url_under("cont"), proxy=web.proxy_url) as ws:
                 await ws.send_str(create("one"))
                 await receive_turn(ws)  # continued
-            async with session.ws_connect(url(primary, "regen"), proxy=web.proxy_url) as ws:
+            async with session.ws_connect(primary.proxied_url_under("regen"), proxy=web.proxy_url) as ws:
                 await ws.send_str(create("two"))
                 while (await ws.receive(timeout=10)).type is aiohttp.WSMsgType.TEXT:
                     pass  # cut: the client gets the close

@@ -60,13 +60,6 @@ def rules_text(backup_url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def primary_provider() -> Iterator[WsProvider]:
-    provider = WsProvider().start()
-    yield provider
-    provider.stop()
-
-
-@pytest.fixture(scope="module")
 def backup_provider() -> Iterator[WsProvider]:
     provider = WsProvider().start()
     yield provider
@@ -83,27 +76,11 @@ def faulty(tmp_path_factory: pytest.TempPathFactory, backup_provider: WsProvider
     dump.stop()
 
 
-@pytest.fixture
-def primary(primary_provider: WsProvider) -> Iterator[WsProvider]:
-    primary_provider.reset()
-    yield primary_provider
-    primary_provider.reset()
-
-
-@pytest.fixture
-def backup(backup_provider: WsProvider) -> Iterator[WsProvider]:
-    backup_provider.reset()
-    yield backup_provider
-    backup_provider.reset()
-
-
-def url(provider: WsProvider, route: str) -> str:
-    return provider.proxied_url.replace("/v1/responses", f"/{route}/v1/responses")
 
 
 async def one_turn(provider: WsProvider, route: str, dump: Mitmdump, request: str) -> list[str]:
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(provider, route), proxy=dump.proxy_url) as ws:
+        async with session.ws_connect(provider.proxied_url_under(route), proxy=dump.proxy_url) as ws:
             await ws.send_str(request)
             got = await receive_turn(ws)
             await assert_nothing_more(ws)
@@ -141,7 +118,7 @@ async def test_a_fault_before_output_falls_back_and_the_client_sees_only_the_bac
 async def test_http_error_is_the_error_message_a_websocket_server_sends_with_its_status(
         primary: WsProvider, faulty: Mitmdump) -> None:
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "last-http"), proxy=faulty.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("last-http"), proxy=faulty.proxy_url) as ws:
             await ws.send_str(create("x"))
             got = [(await ws.receive(timeout=10)).data]
             await assert_nothing_more(ws)
@@ -156,7 +133,7 @@ async def test_sse_error_after_a_real_message_is_that_message_then_the_error(pri
     real = answer_turn("resp_real")
     primary.script(real)
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "last-sse"), proxy=faulty.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("last-sse"), proxy=faulty.proxy_url) as ws:
             await ws.send_str(create("x"))
             got = [(await ws.receive(timeout=10)).data for _ in range(2)]
             await assert_nothing_more(ws)
@@ -175,7 +152,7 @@ async def test_response_failed_is_a_failed_response_message(primary: WsProvider,
 async def test_overload_message_is_an_error_with_only_the_overload_text(primary: WsProvider,
                                                                        faulty: Mitmdump) -> None:
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "last-overload"), proxy=faulty.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("last-overload"), proxy=faulty.proxy_url) as ws:
             await ws.send_str(create("x"))
             got = (await ws.receive(timeout=10)).data
             await assert_nothing_more(ws)
@@ -188,7 +165,7 @@ async def test_a_real_answer_shorter_than_after_frames_gets_the_fault_in_place_o
     real = answer_turn("resp_short")
     primary.script(real)
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "last-short"), proxy=faulty.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("last-short"), proxy=faulty.proxy_url) as ws:
             await ws.send_str(create("x"))
             got = [(await ws.receive(timeout=10)).data for _ in range(len(real))]
             await assert_nothing_more(ws)
@@ -204,7 +181,7 @@ async def test_a_fault_after_output_is_forwarded_never_replayed_and_the_next_tur
     primary.script(real, later)
     mark = faulty.log_mark()
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "after-sse"), proxy=faulty.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("after-sse"), proxy=faulty.proxy_url) as ws:
             await ws.send_str(create("first"))
             got = [(await ws.receive(timeout=10)).data for _ in range(6)]
             await ws.send_str(create("second"))  # the error ended the turn: the next one goes on
@@ -230,7 +207,7 @@ async def test_a_reset_after_output_breaks_the_clients_websocket_and_is_never_re
     primary.script(real)
     mark = faulty.log_mark()
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "after-reset"), proxy=faulty.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("after-reset"), proxy=faulty.proxy_url) as ws:
             await ws.send_str(create("x"))
             got = [(await ws.receive(timeout=10)).data for _ in range(5)]
             end = await ws.receive(timeout=10)
@@ -248,7 +225,7 @@ async def test_a_stall_after_output_ends_the_turn_at_the_idle_bound(primary: WsP
     primary.script(real)
     mark = faulty.log_mark()
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url(primary, "after-stall"), proxy=faulty.proxy_url) as ws:
+        async with session.ws_connect(primary.proxied_url_under("after-stall"), proxy=faulty.proxy_url) as ws:
             await ws.send_str(create("x"))
             got = [(await ws.receive(timeout=10)).data for _ in range(6)]
     assert got[:5] == real[:5]
@@ -265,7 +242,7 @@ async def test_a_fault_with_count_1_fires_once_then_the_primary_answers(
     backup (no duplicate); the fault is spent, and the next connection's primary answers."""
     backup.script(answer_turn("resp_b", "From the backup"))
     primary.script(answer_turn("resp_p1"), answer_turn("resp_p2", "From the primary"))
-    client = openai.AsyncOpenAI(api_key="sk-test-ws", base_url=url(primary, "count").removesuffix("/responses"))
+    client = openai.AsyncOpenAI(api_key="sk-test-ws", base_url=primary.proxied_url_under("count").removesuffix("/responses"))
 
     async def turn() -> tuple[list[str], str]:
         types: list[str] = []
@@ -385,7 +362,7 @@ async def test_the_openai_sdk_sees_a_reset_after_output_as_a_broken_connection_n
     ended it quietly as if the answer were whole."""
     real = answer_turn("resp_sdk_reset")
     primary.script(real)
-    client = openai.AsyncOpenAI(api_key="sk-test-ws", base_url=url(primary, "after-reset").removesuffix("/responses"))
+    client = openai.AsyncOpenAI(api_key="sk-test-ws", base_url=primary.proxied_url_under("after-reset").removesuffix("/responses"))
     types: list[str] = []
     with pytest.raises(ConnectionClosedError) as raised:
         async with (asyncio.timeout(20),

@@ -143,6 +143,10 @@ class WsProvider:
         line in absolute form with the URL's scheme, and mitmproxy takes only http(s)."""
         return f"http://127.0.0.1:{self.port}/v1/responses"
 
+    def proxied_url_under(self, prefix: str) -> str:
+        """`proxied_url` under `/prefix/`, the path by which a test's route picks this upstream."""
+        return self.proxied_url.replace("/v1/responses", f"/{prefix}/v1/responses")
+
     def script(self, *turns: list[str | bytes | float]) -> None:
         with self._lock:
             self._scripts.extend(turns)
