@@ -20,14 +20,14 @@ from wsproto.frame_protocol import CloseReason
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
 
 from .. import observe
-from ..upstreams.websocket import MESSAGE_LIMIT, Binary
+from ..upstreams.websocket import MESSAGE_LIMIT, Binary, HoldsTheOtherSide
 
 UNSENDABLE_CLOSE = frozenset({1005, 1006, 1015})  # codes a close frame may not carry
 BROKEN_CLOSE = frozenset({1006, 1015})  # of those, the ones that say the connection broke
 BROKE = 1011  # "an unexpected condition": the close the client gets when the upstream side broke
 
 
-class ClientSocket(asyncio.Protocol):
+class ClientSocket(HoldsTheOtherSide):
     def __init__(self, route: str, on_message: Callable[[str | bytes], None],
                  on_close: Callable[[int, str], None], on_lost: Callable[[], None]) -> None:
         self.route = route
@@ -135,11 +135,3 @@ class ClientSocket(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._on_lost()
-
-    def pause_writing(self) -> None:
-        if self.paused is not None:
-            self.paused(True)
-
-    def resume_writing(self) -> None:
-        if self.paused is not None:
-            self.paused(False)

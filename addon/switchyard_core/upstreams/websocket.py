@@ -80,7 +80,23 @@ def websocket_url(http_url: str) -> str:
     return parts._replace(scheme=scheme).geturl()
 
 
-class UpstreamSocket(asyncio.Protocol):
+class HoldsTheOtherSide(asyncio.Protocol):
+    """A socket of a relayed WebSocket: while its writes back up (its peer reads
+    nothing), `paused` is told, so that the other side of the relay is not read
+    meanwhile and nothing piles up in between."""
+
+    paused: Callable[[bool], None] | None = None
+
+    def pause_writing(self) -> None:
+        if self.paused is not None:
+            self.paused(True)
+
+    def resume_writing(self) -> None:
+        if self.paused is not None:
+            self.paused(False)
+
+
+class UpstreamSocket(HoldsTheOtherSide):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self._ws = WSConnection(ConnectionType.CLIENT)
@@ -152,14 +168,6 @@ class UpstreamSocket(asyncio.Protocol):
                 self._event(event)
         except RemoteProtocolError as exc:
             self._fail(ConnectionBroke(f"upstream broke the WebSocket protocol ({exc})"))
-
-    def pause_writing(self) -> None:
-        if self.paused is not None:
-            self.paused(True)
-
-    def resume_writing(self) -> None:
-        if self.paused is not None:
-            self.paused(False)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.paused is not None:
