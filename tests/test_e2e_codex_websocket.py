@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.agents import agent_binary
-from tests.support.mitm import Mitmdump, start_mitmdump
+from tests.support.mitm import Mitmdump, mitmdump_on, start_mitmdump
 from tests.support.ws_provider import WsProvider, failed_turn, full_answer_turn, warm_up_turn
 
 RULES = """\
@@ -136,15 +136,8 @@ def test_codex_gets_the_backups_answer_when_the_primary_keeps_failing(
     assert "upstream=backup" in log and "transport=websocket" in log
 
 
-FAULT_RULES = """\
-version: 1
-defaults: {{retries: 0, backoff_ms: 1}}
-routes:
-  - name: codex
-    match: {{path: /v1/responses}}
-    upstreams:
-      - {{name: primary, url: original}}
-      - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
+# no retries: the fault alone moves the turn to the backup
+FAULT_RULES = RULES.replace("retries: 1", "retries: 0") + """\
 faults:
   - {{route: codex, upstream: primary, kind: response_failed, count: 1}}
 """
@@ -160,15 +153,10 @@ def test_a_fault_from_rules_yaml_on_the_primarys_websocket_makes_codex_finish_wi
     if backup.websocket:  # over HTTP, Switchyard answers the warm-up itself
         backup.script(warm_up_turn("resp_backup_warm"))
     backup.script(full_answer_turn("resp_backup", "ANSWER-FROM-BACKUP"))
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(FAULT_RULES.format(backup=backup.http_url))
-    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", reverse_target=f"http://127.0.0.1:{primary.port}")
-    try:
-        mark = dump.log_mark()
+    with mitmdump_on(tmp_path, FAULT_RULES.format(backup=backup.http_url),
+                     reverse_target=f"http://127.0.0.1:{primary.port}") as dump:
         run = codex(tmp_path, dump, "say hi")
-        log = dump.wait_for_log("switchyard.websocket_closed", mark)
-    finally:
-        dump.stop()
+        log = dump.wait_for_log("switchyard.websocket_closed")
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip() == "ANSWER-FROM-BACKUP"
     assert "capacity" not in run.stderr.lower() and "Reconnecting" not in run.stderr

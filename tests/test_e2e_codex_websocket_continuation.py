@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.mitm import start_mitmdump
+from tests.support.mitm import mitmdump_on
 from tests.support.ws_provider import CLOSE, WsProvider, event, warm_up_turn
 from tests.test_e2e_codex_websocket import codex
 
@@ -76,15 +76,9 @@ def test_codex_over_websocket_prints_an_answer_cut_in_its_text_whole_and_once(tm
     again = {"id": "rs_again", "type": "reasoning", "summary": [], "encrypted_content": "gAAAAB-again"}
     primary.script(warm_up_turn("resp_warm"), answer("resp_cut", WHOLE, THOUGHT, cut=True),
                    answer("resp_rest", WHOLE[len(SENT):], again))  # the last: the POSTed prefill's answer
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES)
-    dump = start_mitmdump(rules, tmp_path / "mitmdump.log", reverse_target=f"http://127.0.0.1:{primary.port}")
-    try:
-        mark = dump.log_mark()
+    with mitmdump_on(tmp_path, RULES, reverse_target=f"http://127.0.0.1:{primary.port}") as dump:
         run = codex(tmp_path, dump, "say hi")
-        log = dump.wait_for_log("switchyard.websocket_closed", mark)
-    finally:
-        dump.stop()
+        log = dump.wait_for_log("switchyard.websocket_closed")
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip() == WHOLE
     assert "Reconnecting" not in run.stderr

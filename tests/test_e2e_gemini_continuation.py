@@ -19,7 +19,7 @@ from switchyard_core.sse import FrameSplitter
 from tests.conftest import BACKUP_SECRET, BODY_MARKER, Env
 from tests.support import gemini_wire
 from tests.support.fake_provider import NORMAL, RESET, FakeProvider, Reply
-from tests.support.mitm import Mitmdump, start_mitmdump
+from tests.support.mitm import Mitmdump, mitmdump_on
 from tests.test_e2e_gemini_cli import run_gemini_cli
 
 CLIENT_KEY = "AIzaSy-client-GEMINI-c0ffee"
@@ -54,13 +54,10 @@ MODEL_TURN_REFUSED = Reply.json(400, gemini_wire.error_body(400, "INVALID_ARGUME
 
 @pytest.fixture(scope="module")
 def gemini_continuing(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mitmdump]:
-    workdir = tmp_path_factory.mktemp("gemini-continuation")
-    rules = workdir / "rules.yaml"
-    rules.write_text(RULES.format(p2=provider.ports[1]))
-    dump = start_mitmdump(rules, workdir / "mitmdump.log", reverse_target=f"http://127.0.0.1:{provider.ports[0]}",
-                          env={"SWY_TEST_GEMINI_KEY": BACKUP_SECRET})
-    yield dump
-    dump.stop()
+    with mitmdump_on(tmp_path_factory.mktemp("gemini-continuation"), RULES.format(p2=provider.ports[1]),
+                     reverse_target=f"http://127.0.0.1:{provider.ports[0]}",
+                     env={"SWY_TEST_GEMINI_KEY": BACKUP_SECRET}) as dump:
+        yield dump
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import openai
 import pytest
 from mitmproxy import http, io
 
-from tests.support.mitm import Mitmdump, free_port, start_mitmdump
+from tests.support.mitm import Mitmdump, free_port, mitmdump_on, start_mitmdump
 from tests.support.ws_provider import CLOSE, WsProvider, event, full_answer_turn
 from tests.test_e2e_websocket import TERMINAL, assert_nothing_more, create, receive_turn
 
@@ -73,20 +73,9 @@ SENT = "Hello, wor"  # what the client has when the cut comes
 
 
 @pytest.fixture(scope="module")
-def backup_provider() -> Iterator[WsProvider]:
-    provider = WsProvider().start()
-    yield provider
-    provider.stop()
-
-
-@pytest.fixture(scope="module")
 def dump(tmp_path_factory: pytest.TempPathFactory, backup_provider: WsProvider) -> Iterator[Mitmdump]:
-    workdir = tmp_path_factory.mktemp("ws-continue")
-    rules = workdir / "rules.yaml"
-    rules.write_text(RULES.format(backup=backup_provider.http_url))
-    started = start_mitmdump(rules, workdir / "mitmdump.log")
-    yield started
-    started.stop()
+    with mitmdump_on(tmp_path_factory.mktemp("ws-continue"), RULES.format(backup=backup_provider.http_url)) as started:
+        yield started
 
 
 

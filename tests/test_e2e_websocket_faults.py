@@ -20,7 +20,7 @@ import openai
 import pytest
 from websockets.exceptions import ConnectionClosedError
 
-from tests.support.mitm import Mitmdump, free_port, start_mitmdump
+from tests.support.mitm import Mitmdump, free_port, mitmdump_on, start_mitmdump
 from tests.support.ws_provider import WsProvider, answer_turn
 from tests.test_e2e_websocket import TERMINAL, assert_nothing_more, create, receive_turn
 
@@ -60,20 +60,9 @@ def rules_text(backup_url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def backup_provider() -> Iterator[WsProvider]:
-    provider = WsProvider().start()
-    yield provider
-    provider.stop()
-
-
-@pytest.fixture(scope="module")
 def faulty(tmp_path_factory: pytest.TempPathFactory, backup_provider: WsProvider) -> Iterator[Mitmdump]:
-    workdir = tmp_path_factory.mktemp("ws-faults")
-    rules = workdir / "rules.yaml"
-    rules.write_text(rules_text(backup_provider.http_url))
-    dump = start_mitmdump(rules, workdir / "mitmdump.log")
-    yield dump
-    dump.stop()
+    with mitmdump_on(tmp_path_factory.mktemp("ws-faults"), rules_text(backup_provider.http_url)) as dump:
+        yield dump
 
 
 

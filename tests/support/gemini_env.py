@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import BACKUP_SECRET, CurlResult, Env
 from tests.support import gemini_wire, wire
 from tests.support.fake_provider import FakeProvider, Reply
-from tests.support.mitm import Mitmdump, start_mitmdump
+from tests.support.mitm import Mitmdump, mitmdump_on
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CLIENT_KEY = "AIzaSy-client-GEMINI-5e6f7a"
@@ -67,13 +67,10 @@ faults:
 
 @pytest.fixture(scope="module")
 def gemini_mitm(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mitmdump]:
-    workdir = tmp_path_factory.mktemp("mitm-gemini")
-    rules = workdir / "rules.yaml"
-    rules.write_text(RULES.format(p2=provider.ports[1]))
-    dump = start_mitmdump(rules, workdir / "mitmdump.log", reverse_target=f"http://127.0.0.1:{provider.ports[0]}",
-                          env={"SWY_TEST_GEMINI_KEY": BACKUP_SECRET})
-    yield dump
-    dump.stop()
+    with mitmdump_on(tmp_path_factory.mktemp("mitm-gemini"), RULES.format(p2=provider.ports[1]),
+                     reverse_target=f"http://127.0.0.1:{provider.ports[0]}",
+                     env={"SWY_TEST_GEMINI_KEY": BACKUP_SECRET}) as dump:
+        yield dump
 
 
 @pytest.fixture

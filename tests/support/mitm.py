@@ -8,8 +8,11 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 MITMDUMP = Path(os.environ.get("SWITCHYARD_MITMDUMP", ROOT / ".venv" / "bin" / "mitmdump"))
@@ -168,3 +171,16 @@ def start_mitmdump(
                 raise RuntimeError(f"mitmdump did not start (cmd: {' '.join(args)}):\n{text}")
             time.sleep(0.05)
     return dump
+
+
+@contextmanager
+def mitmdump_on(workdir: Path, rules_text: str, **options: Any) -> Iterator[Mitmdump]:
+    """A mitmdump (`start_mitmdump`'s `options`) on `rules_text`, written to
+    `workdir/rules.yaml` with its log beside it, stopped when the block ends."""
+    rules = workdir / "rules.yaml"
+    rules.write_text(rules_text)
+    dump = start_mitmdump(rules, workdir / "mitmdump.log", **options)
+    try:
+        yield dump
+    finally:
+        dump.stop()
