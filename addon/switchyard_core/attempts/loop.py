@@ -342,11 +342,16 @@ class AttemptLoop:
     async def _cut(self, record: AttemptRecord, message: str, code: Literal["stream_cut", "stream_stalled"]) -> None:
         """A committed answer broke off: finished by a continuation where the route asks
         for one and it succeeds, else ended with this (the original) cut."""
+        if not await self._continued(record, message):
+            self.end.cut(record, message, code)
+
+    async def _continued(self, record: AttemptRecord, message: str) -> bool:
+        """Whether a continuation finished the answer cut so (where the route asks for one)."""
         self.client.release()  # the client's bytes are what a continuation must not repeat
         if self.continuation.wanted and await self.continuation.finish(record, message):
             self.end.continued()
-            return
-        self.end.cut(record, message, code)
+            return True
+        return False
 
     async def _failed_in_stream(self, failure: Classification, gate: Gate, answer: Answer,
                                 attempt: _Try) -> _Failed | None:

@@ -28,7 +28,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
 
@@ -342,17 +342,14 @@ class TurnLoop(AttemptLoop):
         finishes it and the connection lives on, else the client gets the close."""
         self.session.drop(link)
         why = f", {closed.reason}" if closed.reason else ""
-        self.client.release()
-        if await self.continuation.finish(record, f"upstream closed the WebSocket after output (code {closed.code}{why})"):
-            self.end.continued()
-            self._carry_answer()
-        else:
+        if not await self._continued(record, f"upstream closed the WebSocket after output (code {closed.code}{why})"):
             self.session.closed_in_turn(closed)
 
-    async def _cut(self, record: AttemptRecord, message: str, code: Literal["stream_cut", "stream_stalled"]) -> None:
-        await super()._cut(record, message, code)
-        if self.exchange.outcome == "continued":
-            self._carry_answer()
+    async def _continued(self, record: AttemptRecord, message: str) -> bool:
+        if not await super()._continued(record, message):
+            return False
+        self._carry_answer()
+        return True
 
     def _carry_answer(self) -> None:
         """The continuation's answer is the client's: a later turn naming its response
