@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from switchyard_core.apis import ErrorInfo, ErrorPolicy
-from switchyard_core.attempts.policy import first_turn, judge, next_turn
+from switchyard_core.attempts.policy import first_try, judge, next_try
 from switchyard_core.retry import Plan
 from switchyard_core.rules import AttemptSettings
 
@@ -95,19 +95,19 @@ async def test_a_non_streaming_answer_commits_whole() -> None:
 
 def test_which_upstream_comes_next_is_a_value() -> None:
     primary, backup = upstream(PRIMARY, retries=1), upstream(BACKUP)
-    first = first_turn((primary, backup))
+    first = first_try((primary, backup))
     assert (first.upstream, first.tries, first.has_next) == (primary, 1, True)
-    again = next_turn((primary, backup), first, Plan("retry", 0.1))
+    again = next_try((primary, backup), first, Plan("retry", 0.1))
     assert again is not None and (again.upstream, again.tries) == (primary, 2)
-    moved = next_turn((primary, backup), again, Plan("next_upstream"))
+    moved = next_try((primary, backup), again, Plan("next_upstream"))
     assert moved is not None and (moved.upstream, moved.tries, moved.has_next) == (backup, 1, False)
-    assert next_turn((primary, backup), moved, Plan("give_up")) is None
+    assert next_try((primary, backup), moved, Plan("give_up")) is None
 
 
 def test_a_failures_verdict_weighs_the_budget_and_retry_after() -> None:
     settings = AttemptSettings()
     policy = ErrorPolicy(settings.retry_on)
-    turn = first_turn((upstream(PRIMARY, retries=1), upstream(BACKUP)))
+    turn = first_try((upstream(PRIMARY, retries=1), upstream(BACKUP)))
     overloaded = ErrorInfo(status=503, message="overloaded")
     verdict = judge(overloaded, turn, settings, policy, headers={"retry-after": "2"})
     assert (verdict.outcome, verdict.plan.delay_s) == ("retry", 2.0)

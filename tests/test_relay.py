@@ -21,7 +21,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from switchyard_core.relay import TOKEN_HEADER, Relay, connection as relay_connection
-from switchyard_core.exchange import Exchange, OriginalRequest
+from switchyard_core.exchange import OriginalRequest
+from switchyard_core.relay.ticket import Ticket
 from switchyard_core.upstreams.client import UpstreamClient
 from switchyard_core.rules.loader import AttemptSettings, Route, Upstream
 from tests.support.scripted_server import (LAST_CHUNK, WAIT_S, Flood, Peer, Server, answering, chunk, chunked_head,
@@ -60,7 +61,7 @@ async def ask(relay: Relay, token: str) -> tuple[asyncio.StreamReader, asyncio.S
     return reader, writer
 
 
-def register(relay: Relay, upstream: Server, *, provisional: bool = False, **settings: object) -> Exchange:
+def register(relay: Relay, upstream: Server, *, provisional: bool = False, **settings: object) -> Ticket:
     url = upstream.url("/v1/chat/completions")
     request = OriginalRequest.of("POST", url, (("Content-Type", "application/json"),), BODY, json.loads(BODY))
     return relay.register(route(url, **settings), request, provisional_head=provisional)
@@ -83,8 +84,8 @@ async def test_a_client_that_stops_reading_is_not_an_upstream_stall(relay: Relay
     frames = 20_000  # ~21 MB: far more than the kernel buffers hold
 
     async with Server(Flood(frame, frames, DONE)) as up:
-        exchange = register(relay, up, idle_timeout_s=0.3)
-        reader, writer = await ask(relay, exchange.token)
+        ticket = register(relay, up, idle_timeout_s=0.3)
+        reader, writer = await ask(relay, ticket.token)
         async with asyncio.timeout(WAIT_S):
             head = await reader.readuntil(b"\r\n\r\n")
         connection = next(iter(relay.connections))
@@ -117,20 +118,20 @@ async def test_an_error_body_that_breaks_off_reaches_the_client_broken_off(relay
         peer.writer.transport.abort()  # a reset, mid-body
 
     async with Server(upstream) as up:
-        exchange = register(relay, up, provisional=provisional)
-        reader, writer = await ask(relay, exchange.token)
+        ticket = register(relay, up, provisional=provisional)
+        reader, writer = await ask(relay, ticket.token)
         async with asyncio.timeout(WAIT_S):
             received = await reader.read()  # until the relay closes the connection
         writer.close()
     head, _, body = received.partition(b"\r\n\r\n")
     if provisional:  # the head the Router puts in place of the provisional one
         assert head.startswith(b"HTTP/1.1 200") and b"x-switchyard-provisional: 1" in head
-        assert exchange.head is not None and exchange.head.done()
-        decided = exchange.head.result()
+        assert ticket.head is not None and ticket.head.done()
+        decided = ticket.head.result()
         assert decided.status == 400 and decided.streamed
         assert "content-length" not in {name.lower() for name, _ in decided.headers}
     else:
-        assert exchange.head is None
+        assert ticket.head is None
         assert head.startswith(b"HTTP/1.1 400")
         assert b"content-length" not in head.lower() and b"transfer-encoding: chunked" in head.lower()
     assert body == chunk(whole[:40])  # what came, and no last chunk: visibly cut
@@ -153,7 +154,6 @@ async def test_an_unknown_token_gets_403_and_reaches_no_upstream(relay: Relay) -
         await peer.read_request()
 
     async with Server(upstream) as up:
-        register(relay, up)
         reader, writer = await ask(relay, "not-a-token")
         async with asyncio.timeout(WAIT_S):
             head = await reader.readuntil(b"\r\n\r\n")
@@ -191,10 +191,10 @@ async def test_an_answer_to_head_is_a_head_only_and_the_connection_stays_usable(
     async with Server(upstream) as up:
         url = up.url("/v1/chat/completions")
         request = OriginalRequest.of("HEAD", url, (), b"", None)
-        exchange = relay.register(route(url), request, provisional_head=True)
+        ticket = relay.register(route(url), request, provisional_head=True)
         reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
         writer.write(b"HEAD /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n%b: %b\r\n\r\n"
-                     % (TOKEN_HEADER.encode(), exchange.token.encode()))
+                     % (TOKEN_HEADER.encode(), ticket.token.encode()))
         async with asyncio.timeout(WAIT_S):
             head = await reader.readuntil(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200")
@@ -215,10 +215,10 @@ async def test_an_answer_without_a_body_claims_no_length(relay: Relay, method: s
     """204 and 304 must not carry a Content-Length, and an answer to HEAD must not claim 0."""
     async with Server(answering(upstream_head)) as up:
         url = up.url("/v1/chat/completions")
-        exchange = relay.register(route(url), OriginalRequest.of(method, url, (), b"", None))
+        ticket = relay.register(route(url), OriginalRequest.of(method, url, (), b"", None))
         reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
         writer.write(b"%b /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n%b: %b\r\nContent-Length: 0\r\n\r\n"
-                     % (method.encode(), TOKEN_HEADER.encode(), exchange.token.encode()))
+                     % (method.encode(), TOKEN_HEADER.encode(), ticket.token.encode()))
         async with asyncio.timeout(WAIT_S):
             head = await reader.readuntil(b"\r\n\r\n")
         writer.close()
@@ -230,7 +230,7 @@ async def test_an_answer_without_a_body_claims_no_length(relay: Relay, method: s
 async def test_a_first_answer_is_logged_as_committed_once_the_exchange_ends(
         relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
     """The first token's moment gets no log line: `switchyard.committed` comes at
-    the end, with how the exchange ended."""
+    the end, with how the ticket ended."""
     caplog.set_level(logging.DEBUG, logger="switchyard")
     seen_before_end: list[str] = []
     client_has_it = asyncio.Event()
@@ -245,8 +245,8 @@ async def test_a_first_answer_is_logged_as_committed_once_the_exchange_ends(
         await peer.wait_closed_by_client()
 
     async with Server(upstream) as up:
-        exchange = register(relay, up)
-        reader, writer = await ask(relay, exchange.token)
+        ticket = register(relay, up)
+        reader, writer = await ask(relay, ticket.token)
         first = b""
         async with asyncio.timeout(WAIT_S):
             while content("hi") not in first:  # whole inside its chunk
@@ -277,8 +277,8 @@ async def test_a_client_that_leaves_after_output_is_logged_as_gone(
         await peer.wait_closed_by_client()  # the relay lets the upstream go too
 
     async with Server(upstream) as up:
-        exchange = register(relay, up)
-        reader, writer = await ask(relay, exchange.token)
+        ticket = register(relay, up)
+        reader, writer = await ask(relay, ticket.token)
         async with asyncio.timeout(WAIT_S):
             await reader.readuntil(b'"hi"')
         writer.close()
@@ -303,15 +303,15 @@ def send_request(writer: asyncio.StreamWriter, token: str) -> None:
 
 
 async def test_an_answer_goes_in_process_to_the_reader_of_its_own_connection(relay: Relay) -> None:
-    """Given mitmproxy's reader and writer of the connection an exchange comes on
+    """Given mitmproxy's reader and writer of the connection an ticket comes on
     (here: this test's, the same asyncio streams), the relay feeds its answer to
     that reader; the bytes are the same as through the socket."""
     async with Server(answering(chunked_head([("Content-Type", "text/event-stream")])
                                 + chunk(content("hi")) + chunk(DONE) + LAST_CHUNK)) as up:
-        exchange = register(relay, up)
+        ticket = register(relay, up)
         reader, writer = await open_streams(relay)
-        exchange.mitmproxy_streams = lambda: (reader, writer)
-        send_request(writer, exchange.token)
+        ticket.mitmproxy_streams = lambda: (reader, writer)
+        send_request(writer, ticket.token)
         received = await read_until_closed(reader)
         writer.close()
     assert relay.direct_answers == 1 and relay.answers == 1
@@ -325,11 +325,11 @@ async def test_an_answer_never_goes_to_the_reader_of_another_connection(relay: R
     wrong) are refused: the answer goes through the socket, the other reader gets nothing."""
     async with Server(answering(chunked_head([("Content-Type", "text/event-stream")])
                                 + chunk(content("hi")) + chunk(DONE) + LAST_CHUNK)) as up:
-        exchange = register(relay, up)
+        ticket = register(relay, up)
         other_reader, other_writer = await open_streams(relay)
         reader, writer = await open_streams(relay)
-        exchange.mitmproxy_streams = lambda: (other_reader, other_writer)
-        send_request(writer, exchange.token)
+        ticket.mitmproxy_streams = lambda: (other_reader, other_writer)
+        send_request(writer, ticket.token)
         received = await read_until_closed(reader)
         writer.close()
         other_writer.write_eof()  # the relay closes that idle connection: its reader ends
@@ -347,9 +347,9 @@ async def test_a_lookup_that_fails_leaves_the_answer_on_the_socket(relay: Relay,
 
     async with Server(answering(chunked_head([("Content-Type", "text/event-stream")])
                                 + chunk(content("hi")) + chunk(DONE) + LAST_CHUNK)) as up:
-        exchange = register(relay, up)
-        exchange.mitmproxy_streams = broken  # type: ignore[assignment]
-        reader, writer = await ask(relay, exchange.token)
+        ticket = register(relay, up)
+        ticket.mitmproxy_streams = broken  # type: ignore[assignment]
+        reader, writer = await ask(relay, ticket.token)
         received = await read_until_closed(reader)
         writer.close()
     assert relay.direct_answers == 0
@@ -364,14 +364,14 @@ async def test_a_bug_in_the_lookup_costs_that_answer_and_is_logged_not_hidden(
 
     async with Server(answering(chunked_head([("Content-Type", "text/event-stream")])
                                 + chunk(content("hi")) + chunk(DONE) + LAST_CHUNK)) as up:
-        exchange = register(relay, up)
-        exchange.mitmproxy_streams = buggy  # type: ignore[assignment]
-        reader, writer = await ask(relay, exchange.token)
+        ticket = register(relay, up)
+        ticket.mitmproxy_streams = buggy  # type: ignore[assignment]
+        reader, writer = await ask(relay, ticket.token)
         head, body = await read_answer(reader)
         writer.close()
     assert head.startswith(b"HTTP/1.1 502 ")
     assert b"switchyard: internal error (RuntimeError)" in body
-    assert up.accepts == 0  # nothing was asked of the upstream
+    assert up.accepts == 1  # asked when routed, and let go
     assert "switchyard.internal_error" in caplog.text and "RuntimeError: a bug" in caplog.text
 
 
@@ -392,18 +392,20 @@ async def test_one_connection_mixes_in_process_and_socket_answers_in_order(relay
               chunked_head([("Content-Type", "text/event-stream")]) + chunk(content("two")) + chunk(DONE) + LAST_CHUNK)
     async with Server(answering(*stream, requests=2)) as up:
         reader, writer = await open_streams(relay)
-        first, second = register(relay, up), register(relay, up)
-        for exchange in (first, second):
-            exchange.mitmproxy_streams = lambda: (reader, writer)
         answers = []
-        for token in (first.token, "not-a-token", second.token):
+        for which in ("first", "not-a-token", "second"):  # each routed when asked for: answered in order
+            token = which
+            if which != "not-a-token":
+                ticket = register(relay, up)
+                ticket.mitmproxy_streams = lambda: (reader, writer)
+                token = ticket.token
             send_request(writer, token)
             answers.append(await read_answer(reader))
         writer.close()
     assert [head.split(b"\r\n")[0] for head, _ in answers] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 403 Forbidden",
                                                               b"HTTP/1.1 200 OK"]
     assert answers[0][1] == content("one") + DONE and answers[2][1] == content("two") + DONE
-    assert relay.direct_answers == 2 and relay.answers == 2  # the 403 is no exchange's answer
+    assert relay.direct_answers == 2 and relay.answers == 2  # the 403 is no ticket's answer
 
 
 async def test_a_client_that_leaves_while_its_answer_is_held_releases_the_upstream(relay: Relay) -> None:
@@ -413,10 +415,10 @@ async def test_a_client_that_leaves_while_its_answer_is_held_releases_the_upstre
     flood = Flood(content("x" * 1000), total_frames, DONE)
 
     async with Server(flood) as up:
-        exchange = register(relay, up, idle_timeout_s=0.3)
+        ticket = register(relay, up, idle_timeout_s=0.3)
         reader, writer = await open_streams(relay)
-        exchange.mitmproxy_streams = lambda: (reader, writer)
-        send_request(writer, exchange.token)
+        ticket.mitmproxy_streams = lambda: (reader, writer)
+        send_request(writer, ticket.token)
         held_at = await flood.until_held()
         writer.transport.abort()  # the client leaves; mitmproxy closes its relay connection
         async with asyncio.timeout(WAIT_S):
@@ -437,12 +439,12 @@ async def test_a_request_offering_an_upgrade_is_served_as_an_ordinary_one(relay:
         url = up.url("/v1/chat/completions")
         headers = (("Content-Type", "application/json"), ("Connection", "Upgrade, HTTP2-Settings"),
                    ("Upgrade", "h2c"), ("HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA"))
-        exchange = relay.register(route(url), OriginalRequest.of("POST", url, headers, BODY, json.loads(BODY)))
+        ticket = relay.register(route(url), OriginalRequest.of("POST", url, headers, BODY, json.loads(BODY)))
         reader, writer = await open_streams(relay)
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings\r\n"
                      b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nContent-Type: application/json\r\n"
                      b"%b: %b\r\nContent-Length: %d\r\n\r\n%b"
-                     % (TOKEN_HEADER.encode(), exchange.token.encode(), len(BODY), BODY))
+                     % (TOKEN_HEADER.encode(), ticket.token.encode(), len(BODY), BODY))
         head, body = await read_answer(reader)
         writer.close()
     assert head.startswith(b"HTTP/1.1 200")
@@ -453,21 +455,20 @@ async def test_a_request_offering_an_upgrade_is_served_as_an_ordinary_one(relay:
 
 async def test_a_first_attempt_sent_from_the_hook_is_the_one_the_relay_serves(relay: Relay) -> None:
     """The Router sends the first upstream its request before mitmproxy has passed the
-    flow to the relay; serving the exchange then reads that answer, asking nothing twice."""
+    flow to the relay; serving the ticket then reads that answer, asking nothing twice."""
     async with Server(answering(chunked_head([("Content-Type", "text/event-stream")])
                                 + chunk(content("hi")) + chunk(DONE) + LAST_CHUNK)) as up:
-        exchange = register(relay, up)
-        relay.send_first(exchange)
+        ticket = register(relay, up)  # its first attempt is sent now
         async with asyncio.timeout(WAIT_S):
             while not up.requests:  # the upstream has it before the relay connection does
                 await asyncio.sleep(0.01)
-        reader, writer = await ask(relay, exchange.token)
+        reader, writer = await ask(relay, ticket.token)
         head, body = await read_answer(reader)
         writer.close()
     assert head.startswith(b"HTTP/1.1 200")
     assert body == content("hi") + DONE
     assert up.accepts == 1 and len(up.requests) == 1
-    assert [record.outcome for record in exchange.attempts] == ["committed"]
+    assert [record.outcome for record in ticket.exchange.attempts] == ["committed"]
 
 
 async def test_a_flow_that_never_reaches_the_relay_lets_its_first_upstream_go(relay: Relay) -> None:
@@ -482,13 +483,12 @@ async def test_a_flow_that_never_reaches_the_relay_lets_its_first_upstream_go(re
         let_go.set()
 
     async with Server(upstream) as up:
-        exchange = register(relay, up)
-        relay.send_first(exchange)
+        ticket = register(relay, up)  # its first attempt is sent now
         async with asyncio.timeout(WAIT_S):
             await asked.wait()
-        relay.forget(exchange.token)
+        relay.forget(ticket.token)
         async with asyncio.timeout(WAIT_S):
             await let_go.wait()
-    assert exchange.early is None and relay.pending == 0
+    assert ticket.driver is not None and ticket.driver.done and relay.pending == 0
     assert relay.http.idle_connections == 0
     assert up.accepts == 1

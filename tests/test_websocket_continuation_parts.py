@@ -38,22 +38,24 @@ class _Sink:
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
+    def message(self, data: bytes) -> None:
+        self.written.append(data)
 
-def test_a_turns_transcript_is_its_messages_up_to_the_limit_and_never_its_writes() -> None:
+
+def test_a_turns_transcript_is_its_messages_up_to_the_limit() -> None:
     messages = [m.encode() for m in answer_turn("resp_1", "Hello there")[:-1]]  # all but the end
     client = ClientStream(_Sink(), APIS["openai-responses"])  # type: ignore[arg-type]
-    client.keep_transcript(1 << 20, of_writes=False)
-    client.write(b"data: {\"type\":\"response.output_text.delta\"}\n\n")  # also reaches it as a message
+    client.keep_transcript(1 << 20)
     for message in messages:
-        client.kept_message(message)
+        client.message(message)
     assert client.transcript is not None
     transcript = read_transcript("openai-responses", bytes(client.transcript), {"input": "hi"})
     assert (transcript.text, transcript.response_id, transcript.item_id, transcript.sequence_number) == (
         "Hello there", "resp_1", "msg_resp_1", 5)
     small = ClientStream(_Sink(), APIS["openai-responses"])  # type: ignore[arg-type]
-    small.keep_transcript(sum(map(len, messages)), of_writes=False)  # the framing makes them longer
+    small.keep_transcript(sum(map(len, messages)))  # the framing makes them longer
     for message in messages:
-        small.kept_message(message)
+        small.message(message)
     assert small.transcript is None  # past the limit: nothing is kept, and the cut is not continued
 
 

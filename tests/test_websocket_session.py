@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from switchyard_core.exchange import Exchange, OriginalRequest
+from switchyard_core.relay.ticket import Ticket
 from switchyard_core.relay.websocket_session import WebSocketSession
 from switchyard_core.rules.loader import load_rules
 from switchyard_core.upstreams.client import UpstreamClient
@@ -27,14 +28,14 @@ async def test_a_socket_opened_while_the_client_is_held_is_held_too(tmp_path: Pa
     request = OriginalRequest(method="GET", url=provider.http_url, headers=(("Host", f"127.0.0.1:{provider.port}"),),
                               body=b"")
     connection: Any = SimpleNamespace()  # the relay connection: only `run` uses it
-    session = WebSocketSession(Exchange(token="", route=route, request=request), connection,
-                               UpstreamClient(), Counter())
+    session = WebSocketSession(Ticket("", Exchange(route, request)), connection, UpstreamClient(), Counter())
     try:
         session.client.pause_writing()  # mitmproxy stopped reading the client's answer
-        link = await session.link(route.upstreams[0], build_request(request, route.upstreams[0]))
-        assert link.transport is not None and not link.transport.is_reading()
+        await session.sockets.open(1, "primary", build_request(request, route.upstreams[0]), 10)
+        link = session.sockets.current
+        assert link is not None and link.transport is not None and not link.transport.is_reading()
         session.client.resume_writing()
         assert link.transport.is_reading()
-        session.drop(link)
+        session.sockets.drop(link)
     finally:
         provider.stop()

@@ -1,27 +1,21 @@
-"""The state of one routed client request, shared by the addon hooks and the relay.
+"""One routed client request as recorded: the client's request, each attempt's
+record, and how the exchange ended.
 
-Both run in mitmproxy's event loop, so the addon records an `Exchange` in the
-`request` hook and reads back from it in `responseheaders`/`response` which
-upstream answered; no locking is needed.
+Written by the attempt core (attempts/), read by the Router's hooks to show
+the flow in mitmweb; both run in mitmproxy's event loop, so no locking is needed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal
 
 from .apis import ErrorInfo
 from .redaction import looks_like_credential
 from .apis.google_gemini import streams
 from .retry import PlanAction
 from .rules import Route
-
-if TYPE_CHECKING:
-    from .faults import FaultPlan
-    from .upstreams.messages import Answer, UpstreamRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,18 +40,6 @@ class OriginalRequest:
         options = json_body.get("stream_options") if stream else None
         usage = isinstance(options, dict) and options.get("include_usage") is True
         return cls(method, url, headers, body, stream, usage, address)
-
-
-class FlowAddress(NamedTuple):
-    """A flow's request fields (mitmproxy's raw values) before the Router re-aimed it
-    at the relay: what the flow is shown with again once answered."""
-
-    scheme: bytes
-    host: str
-    port: int
-    authority: bytes
-    path: bytes
-    method: bytes
 
 
 AttemptOutcome = Literal["pending", "committed", "passed_through", "not_resent", "fatal", "continued", "continuation_failed",
@@ -181,70 +163,17 @@ class AttemptRecord:
         return {name: getattr(self, name) for name in self._PUBLIC}
 
 
-@dataclass(frozen=True, slots=True)
-class AnswerHead:
-    """The head the client gets, as the attempt loop decided it.  mitmproxy is first
-    sent a provisional head by the relay (see relay/server.py); the Router's
-    `responseheaders` hook waits for this one and puts it in its place."""
-
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    streamed: bool  # the body follows as it arrives; else it is whole (and has a Content-Length)
-
-
-@dataclass(slots=True)
-class EarlyAttempt:
-    """The first upstream's request, sent from the Router's hook before mitmproxy has
-    passed the flow to the relay: the attempt loop's first attempt takes it over."""
-
-    request: "UpstreamRequest"
-    started: float  # time.monotonic(), when it was sent
-    answer: "asyncio.Task[Answer] | None" = None
-    _sent: bool | None = None  # what `UpstreamClient.open` said so far (see its `sent`)
-    _listener: "Callable[[bool], None] | None" = None
-
-    def sent(self, on_connection: bool) -> None:
-        """`UpstreamClient.open`'s `sent`: kept until the attempt's record listens."""
-        self._sent = on_connection
-        if self._listener is not None:
-            self._listener(on_connection)
-
-    def tell(self, listener: "Callable[[bool], None]") -> None:
-        """The attempt taking this over hears what was said, and what is said from now on."""
-        self._listener = listener
-        if self._sent is not None:
-            listener(self._sent)
-
-    def discard(self) -> None:
-        """Nobody will read this answer (the flow never reached the relay): stop it."""
-        if self.answer is None:
-            return
-        if not self.answer.done():
-            self.answer.cancel()  # the connection it was on is closed, never reused
-        elif not self.answer.cancelled() and self.answer.exception() is None:
-            self.answer.result().close()
-
-
 @dataclass(slots=True)
 class Exchange:
-    token: str
+    """One routed request's record: what the attempt core writes as it decides (the
+    attempts, how the exchange ended, whose answer the client got), and what the
+    flow's story and the log are made from.  The relay's ticket and the Router's
+    view of the flow are kept apart, each by its own writer."""
+
     route: Route
     request: OriginalRequest
     attempts: list[AttemptRecord] = field(default_factory=list)
     answered_by: str | None = None  # upstream name whose answer the client got
     answered_url: str | None = None
     suppressed_failover: bool = False
-    shown_url: str | None = None  # the URL the flow was last restored to, for display
-    flow_address: FlowAddress | None = None
-    faults: "FaultPlan | None" = None
-    provisional_head: bool = False  # the relay may answer mitmproxy before the real head is known
-    head: "asyncio.Future[AnswerHead] | None" = None  # set when the relay begins such an answer
     outcome: ExchangeOutcome = "pending"
-    # mitmproxy's own reader and writer of the relay connection this exchange comes on,
-    # if they can be found (then the answer goes to mitmproxy in-process: relay/direct_line.py)
-    mitmproxy_streams: "Callable[[], tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] | None" = None
-    upstream_proxy: str | None = None  # the upstream-mode proxy the flow's listener sends through, if any
-    websocket: bool = False  # a WebSocket handshake: the relay terminates it (relay/websocket/)
-    story: dict[str, Any] | None = None  # a WebSocket's story, shown live in the flow's metadata
-    early: EarlyAttempt | None = None  # the first attempt, under way before the relay serves the exchange
-

@@ -90,6 +90,12 @@ class Gate:
         step.frames = out
         return step
 
+    def open_from_start(self) -> None:
+        """Pass everything from the first frame, as after a commit: for an answer that is
+        never held (a WebSocket turn that may not be re-sent), whose failures are still
+        recognised and have their capacity codes rewritten."""
+        self.committed = True
+
     def held_frames(self) -> list[bytes]:
         """`held()` frame by frame (messages)."""
         return [*self._staged, *self._failed_frames]

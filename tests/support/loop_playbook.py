@@ -1,9 +1,10 @@
-"""The attempt loop without sockets, in the spirit of mitmproxy's `Playbook`: scripted
-upstream answers go in, and what the client was sent comes out, recorded.
+"""The attempt core and its driver without sockets, in the spirit of mitmproxy's
+`Playbook`: scripted upstream answers go in, and what the client was sent comes
+out, recorded.
 
 `ScriptedUpstreams` stands in for the relay's `UpstreamClient` (each upstream's
 answers in order, or an exception for a transport failure); `RecordingSink` stands
-in for the relay connection (the attempt loop's `ClientSink`)."""
+in for the relay connection (the core's `ClientSink`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from switchyard_core.attempts import AttemptLoop
+from switchyard_core.attempts import Driver, ExchangeMachine
 from switchyard_core.exchange import Exchange, OriginalRequest
 from switchyard_core.rules import AttemptSettings, Route, Upstream
 from switchyard_core.upstreams.body import Body
@@ -101,6 +102,9 @@ class RecordingSink:
     def abort(self) -> None:
         self.cut = True
 
+    def message(self, data: bytes) -> None:
+        self.body += data + b"\n"
+
 
 def upstream(host: str, retries: int = 0) -> Upstream:
     return Upstream(name=host.split(".")[0], url=f"https://{host}/v1/chat/completions", model=None, retries=retries,
@@ -117,9 +121,9 @@ async def play(upstreams: ScriptedUpstreams, *route_upstreams: Upstream, stream:
     request = OriginalRequest.of("POST", "https://api.openai.com/v1/chat/completions",
                                  (("Content-Type", "application/json"), ("Authorization", "Bearer sk-client")),
                                  json.dumps(body).encode(), body)
-    exchange = Exchange(token="t", route=route, request=request)
+    exchange = Exchange(route, request)
     sink = RecordingSink()
-    loop = AttemptLoop(exchange, upstreams, sink)
-    await loop.run()
-    loop.log.finished()
+    machine = ExchangeMachine(exchange, sink)
+    await Driver(machine, upstreams).run()
+    machine.log.finished()
     return exchange, sink

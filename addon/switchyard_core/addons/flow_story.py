@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from mitmproxy import connection, ctx, http
@@ -42,15 +44,35 @@ class DisplayCopy:
         return data
 
 
-def restore(flow: http.HTTPFlow, exchange: Exchange) -> None:
+class FlowAddress(NamedTuple):
+    """A flow's request fields (mitmproxy's raw values) before the Router re-aimed it
+    at the relay: what the flow is shown with again once answered."""
+
+    scheme: bytes
+    host: str
+    port: int
+    authority: bytes
+    path: bytes
+    method: bytes
+
+
+@dataclass(slots=True)
+class FlowView:
+    """How mitmweb shows a routed flow: written by the Router's hooks only."""
+
+    address: FlowAddress
+    shown_url: str | None = None  # the URL the flow was last restored to
+
+
+def restore(flow: http.HTTPFlow, exchange: Exchange, view: FlowView) -> None:
     """Display only: a failure here must never cost the client its answer."""
     try:
-        _show_answering_upstream(flow, exchange)
+        _show_answering_upstream(flow, exchange, view)
     except ValueError as exc:
         observe.emit(logging.WARNING, "switchyard.display_failed", route=exchange.route.name, error=str(exc))
 
 
-def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange) -> None:
+def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange, view: FlowView) -> None:
     """Show the upstream that answered (or the original) instead of the relay.
 
     When that upstream is on another origin, the flow also shows the headers
@@ -60,14 +82,13 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange) -> None:
     request = flow.request
     original = exchange.request
     answered = exchange.answered_url or original.url
-    if exchange.shown_url == answered:
+    if view.shown_url == answered:
         return  # already shown (responseheaders, then response)
-    exchange.shown_url = answered
+    view.shown_url = answered
     request.headers.pop(TOKEN_HEADER, None)
-    before = exchange.flow_address
-    if before is not None:
-        request.data.method = before.method  # the relay was asked with POST or HEAD
-    if answered == original.url and before is not None:
+    before = view.address
+    request.data.method = before.method  # the relay was asked with POST or HEAD
+    if answered == original.url:
         # the original destination answered (the common case): put back the fields
         # the request hook changed, as they were (cheaper than parsing the URL again)
         data = request.data

@@ -23,11 +23,12 @@ from mitmproxy import addonmanager, command, connection, ctx, hooks, http
 from mitmproxy.http import Headers
 
 from .. import observe
-from ..exchange import Exchange, FlowAddress, OriginalRequest
+from ..exchange import OriginalRequest
 from ..observe import METADATA_KEY
 from ..apis.google_gemini import model_in_path
 from ..apis.openai_responses import NAME as RESPONSES
 from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Relay
+from ..relay.ticket import Ticket
 from ..relay.connection import reason_phrase
 from ..relay import mitmproxy_reader
 from ..relay.mitmproxy_reader import relay_streams
@@ -36,7 +37,7 @@ from ..upstreams.client import ConnectHook
 from ..upstreams.messages import redact_query
 from ..upstreams.content_coding import MalformedBody, UnsupportedCoding, decode_within
 from .destination import destination, named_url
-from .flow_story import DisplayCopy, annotate, restore, show_attempts
+from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, restore, show_attempts
 from .heap import freeze_startup_heap
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral, unusable as streaming_note_unusable
@@ -52,7 +53,7 @@ UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verif
 # mitmproxy reloads the script (its file changed) it makes a new Router, and the
 # flows still streaming must still get their real head, their URL and their story.
 # (mitmproxy re-imports the script file only, never this package.)
-_LIVE: dict[str, Exchange] = {}
+_LIVE: dict[str, "Routed"] = {}
 # The Routers of the scripts loaded now (a reload replaces one): a flow held in an
 # intercept across a reload is routed by the current one, never by a finished one.
 _RUNNING: list["Router"] = []
@@ -90,7 +91,7 @@ class Router:
         self._direct = True  # the option
         self._reader_reachable = False  # mitmproxy's readers can be reached (checked in `running`)
         self._last = LastInLine(self)
-        self._websockets: dict[str, Exchange] = {}  # terminated WebSockets still open, by flow id
+        self._websockets: dict[str, Ticket] = {}  # terminated WebSockets still open, by flow id
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -222,21 +223,29 @@ class Router:
             None if websocket else content.json,
             address,
         )
-        # HTTP/1 only: a client that leaves closes its connection, which mitmproxy
-        # acts on even while a hook waits (an HTTP/2 stream reset is queued)
-        exchange = relay.register(route, original, self.keeper.faults,
-                                  provisional_head=request.http_version.startswith("HTTP/1") and not websocket)
-        self._live[flow.id] = exchange
-        if self._direct and self._reader_reachable and not websocket:
-            exchange.mitmproxy_streams = lambda: relay_streams(flow)
         story: dict[str, Any] = {"route": route.name, "api": route.api, "original_url": redact_query(original.url)}
         if websocket:
             # terminated in the relay, which tells each turn's story here as it goes
-            exchange.websocket = True
-            exchange.story = story = {**story, "transport": "websocket", "turns": []}
+            story = {**story, "transport": "websocket", "turns": []}
         flow.metadata[METADATA_KEY] = story
+        # mitmproxy picks the connection by the request's address and scheme and the
+        # flow's `via` and transport: plain TCP to the relay, no upstream proxy in
+        # between.  Where the flow's server says otherwise (upstream-proxy mode) it gets
+        # a fresh one (`via` cannot be cleared on an open tunnel); only there, since
+        # creating one is measurable on the first token
+        server = flow.server_conn
+        # HTTP/1 only: a client that leaves closes its connection, which mitmproxy
+        # acts on even while a hook waits (an HTTP/2 stream reset is queued)
+        ticket = relay.register(
+            route, original, self.keeper.faults,
+            provisional_head=request.http_version.startswith("HTTP/1") and not websocket,
+            websocket=websocket, upstream_proxy=_proxy_of(server),
+            mitmproxy_streams=(lambda: relay_streams(flow)) if self._direct and self._reader_reachable
+            and not websocket else None,
+            story=story if websocket else None)
         data = request.data
-        exchange.flow_address = FlowAddress(data.scheme, data.host, data.port, data.authority, data.path, data.method)
+        self._live[flow.id] = Routed(ticket, FlowView(
+            FlowAddress(data.scheme, data.host, data.port, data.authority, data.path, data.method)))
         request.scheme = "http"
         request.host = "127.0.0.1"
         request.port = relay.port
@@ -246,33 +255,26 @@ class Router:
         data.path = b"/"
         if not websocket:
             data.method = b"HEAD" if data.method.upper() == b"HEAD" else b"POST"
-        request.headers[TOKEN_HEADER] = exchange.token
-        # mitmproxy picks the connection by the request's address and scheme and the
-        # flow's `via` and transport: plain TCP to the relay, no upstream proxy in
-        # between.  Where the flow's server says otherwise (upstream-proxy mode) it gets
-        # a fresh one (`via` cannot be cleared on an open tunnel); only there, since
-        # creating one is measurable on the first token
-        server = flow.server_conn
-        exchange.upstream_proxy = _proxy_of(server)
+        request.headers[TOKEN_HEADER] = ticket.token
         if server.via is not None or server.transport_protocol != "tcp":
             flow.server_conn = connection.Server(address=("127.0.0.1", relay.port))
         self.counters["routed"] += 1
-        relay.send_first(exchange)
 
     async def responseheaders(self, flow: http.HTTPFlow) -> None:
-        exchange = self._live.get(flow.id)
-        if exchange is None or flow.response is None:
+        routed = self._live.get(flow.id)
+        if routed is None or flow.response is None:
             return
+        ticket = routed.ticket
         # display first: once a provisional head's real one is decided, every step
         # delays the first token (a fallback's URL is shown at the end, in `response`)
-        restore(flow, exchange)
-        if exchange.websocket:
+        restore(flow, ticket.exchange, routed.view)
+        if ticket.websocket:
             return  # the relay's 101: the session answers from here on
         response = flow.response
         streamed = "text/event-stream" in response.headers.get("content-type", "").lower()
-        if PROVISIONAL_HEADER in response.headers and exchange.head is not None:
-            # the relay answered at once; the real head comes when the attempt loop decides
-            head = await exchange.head
+        if PROVISIONAL_HEADER in response.headers and ticket.head is not None:
+            # the relay answered at once; the real head comes when the attempt core decides
+            head = await ticket.head
             response.status_code = head.status
             response.reason = reason_phrase(head.status)
             response.headers = Headers([(k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
@@ -289,15 +291,16 @@ class Router:
                 response.headers["transfer-encoding"] = "chunked"  # (HTTP/1.0 has no chunks: the close ends it)
 
     def response(self, flow: http.HTTPFlow) -> None:
-        exchange = self._live.pop(flow.id, None)
-        if exchange is None or flow.response is None:
+        routed = self._live.pop(flow.id, None)
+        if routed is None or flow.response is None:
             return
+        ticket, exchange = routed.ticket, routed.ticket.exchange
         self._notes.forget(flow.client_conn.peername)
         if self.relay is not None:
-            self.relay.forget(exchange.token)  # answered by someone else (another addon)
-        restore(flow, exchange)
-        if exchange.websocket:
-            self._websockets[flow.id] = exchange  # its story goes on until the WebSocket ends
+            self.relay.forget(ticket.token)  # answered by someone else (another addon)
+        restore(flow, exchange, routed.view)
+        if ticket.websocket:
+            self._websockets[flow.id] = ticket  # its story goes on until the WebSocket ends
             return
         stream = flow.response.stream
         if isinstance(stream, DisplayCopy) and not flow.response.raw_content:
@@ -306,22 +309,24 @@ class Router:
         show_attempts(flow, exchange)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        exchange = self._live.pop(flow.id, None)
-        if exchange is not None:
+        routed = self._live.pop(flow.id, None)
+        if routed is not None:
+            exchange = routed.ticket.exchange
             self._notes.forget(flow.client_conn.peername)
             if self.relay is not None:
-                self.relay.forget(exchange.token)
-            restore(flow, exchange)
+                self.relay.forget(routed.ticket.token)
+            restore(flow, exchange, routed.view)
             annotate(flow, exchange, self.counters)
             show_attempts(flow, exchange)
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
-        exchange = self._websockets.pop(flow.id, None)
-        if exchange is None:
+        ticket = self._websockets.pop(flow.id, None)
+        if ticket is None:
             return
-        show_attempts(flow, exchange)  # each failed attempt of each turn
+        show_attempts(flow, ticket.exchange)  # each failed attempt of each turn
         # the comment names each turn that needed more than one attempt, and why
-        turns = (exchange.story or {}).get("turns", ())
+        story = ticket.story or {}
+        turns = story.get("turns", ())
         moved = [f"turn {turn['turn']}: {turn['why']}" for turn in turns if len(turn.get("attempts", ())) > 1]
         if moved:
             flow.comment = "; ".join(moved)
@@ -329,7 +334,7 @@ class Router:
             unfinished = any(turn.get("outcome") != "continued" and any(a.get("continuation") for a in turn["attempts"])
                              for turn in turns if turn.get("attempts"))
             flow.marked = ":warning:" if unfinished else ":arrows_counterclockwise:"
-        elif (exchange.story or {}).get("suppressed_failover"):
+        elif story.get("suppressed_failover"):
             flow.marked = ":warning:"
 
     # --- commands -------------------------------------------------------------
@@ -367,6 +372,13 @@ class Router:
         text = "\n".join(lines)
         observe.log.info(observe.printable(text))
         return text
+
+
+class Routed(NamedTuple):
+    """A routed flow until it is answered: the relay's ticket, and how mitmweb shows the flow."""
+
+    ticket: Ticket
+    view: FlowView
 
 
 class LastInLine:

@@ -1,5 +1,8 @@
-"""The attempt loop between the two sides: which upstream is tried, and how the exchange ends."""
+"""The attempt core between the two sides: one machine per exchange that decides
+which upstream is tried and how the exchange ends (machine.py), and the driver
+that does its I/O (driver.py)."""
 
-from .loop import AttemptLoop
+from .driver import Driver, HeldSink
+from .machine import ExchangeMachine
 
-__all__ = ["AttemptLoop"]
+__all__ = ["Driver", "ExchangeMachine", "HeldSink"]

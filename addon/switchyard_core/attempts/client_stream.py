@@ -1,19 +1,20 @@
 """The client's side of an exchange: what is written back, and how.
 
-The attempt loop decides *what* the client gets; this module owns *how*:
+The attempt core decides *what* the client gets; this module owns *how*:
 `x-switchyard-*` headers on every response, the pre-answer keepalive (headers
-and SSE comments while no upstream has answered), the comment that names the
-winner when headers left early, and in-band error events that never run into a
-frame the upstream left open.
+and SSE comments while no upstream has answered; the core says when), the
+comment that names the winner when headers left early, and in-band error events
+that never run into a frame the upstream left open.  No I/O: everything goes to
+the `ClientSink` synchronously, in order.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Protocol
 
 from ..apis import Api
 from ..redaction import StreamRedactor
+from ..ws_items import redact_message
 from ..sse import data_event
 from ..upstreams.body import Body
 
@@ -41,6 +42,10 @@ class ClientSink(Protocol):
 
     def abort(self) -> None: ...
 
+    def message(self, data: bytes) -> None:
+        """A WebSocket message, whole (only a WebSocket turn's sink takes these)."""
+        ...
+
 
 class ClientStream:
     def __init__(self, sink: ClientSink, api: Api) -> None:
@@ -48,24 +53,30 @@ class ClientStream:
         self.api = api
         self.attempts = 0  # shown in x-switchyard-attempts
         self._tail = b""  # the last bytes written
-        self._keepalive: asyncio.TimerHandle | None = None
+        self.answered = False  # anything but the pre-answer keepalive went out: no more keepalives
         # every byte the client got, while a cut answer may be continued (None: not kept, or too long)
         self.transcript: bytearray | None = None
         self._transcript_limit = 0
-        self._writes_kept = True  # False: the transcript is told each message instead (`kept_message`)
         self._redactor: StreamRedactor | None = None
 
-    def keep_transcript(self, limit: int, *, of_writes: bool = True) -> None:
+    def keep_transcript(self, limit: int) -> None:
         """Keep what the client gets, up to `limit` bytes, to know what a continuation
-        must not repeat: what is written here, or (`of_writes=False`, a WebSocket turn,
-        whose messages also reach the client other ways) each `kept_message`."""
+        must not repeat: what is written, and each WebSocket message as the SSE event
+        of the same text."""
         self.transcript = bytearray()
         self._transcript_limit = limit
-        self._writes_kept = of_writes
 
-    def kept_message(self, message: bytes) -> None:
-        """A WebSocket message the client got, kept as the SSE event of the same text."""
-        self._keep(data_event(message))
+    def message(self, message: bytes) -> None:
+        """A WebSocket message for the client, whole: an upstream's own secrets in it
+        are redacted (no value is split across two messages), and it is kept as the
+        SSE event of the same text for a continuation to read."""
+        self.answered = True
+        redactor = self._redactor
+        if redactor is not None:
+            message = redact_message(message, redactor.secrets)
+        self.sink.message(message)
+        if self.transcript is not None:
+            self._keep(data_event(message))
 
     @property
     def headers_sent(self) -> bool:
@@ -75,9 +86,11 @@ class ClientStream:
         return [*headers, ("x-switchyard-upstream", upstream), ("x-switchyard-attempts", str(self.attempts))]
 
     def start(self, status: int, headers: list[tuple[str, str]], upstream: str) -> None:
+        self.answered = True
         self.sink.start(status, self._ours(headers, upstream))
 
     def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes, upstream: str) -> None:
+        self.answered = True
         self.sink.send_whole(status, self._ours(headers, upstream), body)
 
     def send_error(self, status: int, message: str, code: str, upstream: str) -> None:
@@ -93,6 +106,7 @@ class ClientStream:
 
     def write(self, data: bytes) -> None:
         """An upstream's bytes, as sent but for its secrets."""
+        self.answered = True
         if self._redactor is not None:
             data = self._redactor.feed(data)
         self._write(data)
@@ -107,7 +121,7 @@ class ClientStream:
         if data:
             self.sink.write(data)
             self._tail = data[-4:]
-            if self._writes_kept:
+            if self.transcript is not None:
                 self._keep(data)
 
     def _keep(self, data: bytes) -> None:
@@ -130,31 +144,21 @@ class ClientStream:
 
     def announce(self, upstream: str) -> None:
         """Headers left before the winner was known: name it in a comment."""
+        self.answered = True
         self._own(self.api.comment(f"switchyard upstream={upstream} attempts={self.attempts}"))
 
     def error_event(self, message: str, code: str, error_type: str | None = None) -> None:
         """An in-band error in the API's shape, after whatever was written."""
+        self.answered = True
         self.release()
         frame = self.api.error_event(message, code, error_type)
         if self._tail and not self._tail.endswith(FRAME_ENDS):
             frame = b"\n\n" + frame  # never run into a frame the upstream left open
         self._write(frame)
 
-    # --- the pre-answer keepalive ----------------------------------------------------
-
-    def keep_alive(self, interval_s: float) -> None:
-        """Send headers and a comment every `interval_s` until `stop_keepalive()`."""
-        self._keepalive = asyncio.get_running_loop().call_later(interval_s, self._send_keepalive, interval_s)
-
-    def _send_keepalive(self, interval_s: float) -> None:
+    def keepalive(self) -> None:
+        """The pre-answer keepalive: headers (once) and a comment, while no upstream has answered."""
         if not self.sink.headers_sent:
             pending = [("x-switchyard-upstream", "pending"), ("x-switchyard-attempts", "pending")]
             self.sink.start(200, [*SSE_HEADERS, *pending])
         self._own(self.api.comment(KEEPALIVE_NOTE))
-        self.keep_alive(interval_s)
-
-    def stop_keepalive(self) -> None:
-        """Before anything else is written: keepalive comments must not follow the answer."""
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            self._keepalive = None

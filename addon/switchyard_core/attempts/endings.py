@@ -13,13 +13,14 @@ API's shape, and records it on the exchange for the flow's story:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from ..apis import ErrorInfo
 from ..apis.errors import code_and_type_for_status
 from ..exchange import AttemptRecord, Exchange, ExchangeOutcome
-from ..upstreams.messages import Answer, forwarded_response_headers
+from ..upstreams.messages import forwarded_response_headers
 from .client_stream import ClientStream
 from .log import AttemptLog
 
@@ -41,22 +42,50 @@ class Endings:
         self.client = client
         self.log = log
         self.last_answered: Answered | None = None  # what exhaustion forwards, if anything
+        self.last_messages: list[bytes] | None = None  # a WebSocket turn's, instead
 
-    def keep(self, record: AttemptRecord, answer: Answer, body: bytes, *, complete: bool = True) -> Answered:
+    def keep(self, record: AttemptRecord, status: int, headers: Mapping[str, str], body: bytes, *,
+             complete: bool = True) -> Answered:
         """Remember a failed answer: for exhaustion, and to show the attempt in mitmweb."""
-        answered = Answered(answer.status, forwarded_response_headers(answer.headers), body, record, complete)
+        answered = Answered(status, forwarded_response_headers(headers), body, record, complete)
         self.last_answered = answered
+        self.last_messages = None
         record.kept(answered.status, answered.headers, answered.body)
         return answered
 
+    def keep_messages(self, messages: list[bytes]) -> None:
+        """A WebSocket turn's failed answer, message by message: what exhaustion forwards
+        (as the upstream sent it) should every later attempt fail."""
+        self.last_messages = messages
+
     @staticmethod
-    def show(record: AttemptRecord, answer: Answer, body: bytes) -> None:
+    def show(record: AttemptRecord, status: int, headers: Mapping[str, str], body: bytes) -> None:
         """An answer shown with its attempt in mitmweb, never forwarded (it said nothing)."""
-        record.kept(answer.status, forwarded_response_headers(answer.headers), body)
+        record.kept(status, forwarded_response_headers(headers), body)
 
     def committed(self, record: AttemptRecord, first_event: str) -> None:
         self._ended("committed", record)
         self.log.committed(record, first_event)
+
+    def passing(self, record: AttemptRecord) -> None:
+        """A WebSocket turn that may not be re-sent: its answer is the client's as it comes."""
+        self.exchange.answered_by = record.upstream
+        self.exchange.answered_url = record.url
+
+    def settled(self) -> None:
+        """A WebSocket turn's answer came to its end: committed, unless it ended otherwise."""
+        if self.exchange.outcome == "pending":
+            self.exchange.outcome = "committed"
+
+    def forwarded(self, record: AttemptRecord) -> None:
+        """A failure the client gets as the upstream sent it (a WebSocket turn's messages)."""
+        self._ended("gave_up", record)
+
+    def stalled_unresent(self, record: AttemptRecord, message: str) -> None:
+        """A turn that may not be re-sent got no output in time: the client is told in band."""
+        self._ended("exhausted")
+        self.client.start(200, [], record.upstream)
+        self.client.error_event(f"switchyard: {message}", "upstream_timeout")
 
     def gave_up(self, answered: Answered) -> None:
         """The client gets this (failed) answer: say whose it is."""
@@ -71,7 +100,6 @@ class Endings:
     def forward(self, answered: Answered, info: ErrorInfo) -> None:
         """A provider's failure, for the client as it was sent."""
         self.gave_up(answered)
-        self.client.stop_keepalive()
         if self.client.headers_sent:
             # the provider's own type, else the one its status stands for: a fatal error
             # must not read as one worth retrying
@@ -85,9 +113,16 @@ class Endings:
 
     def exhausted(self, last_message: str, timed_out: bool) -> None:
         """Nothing left to try and no upstream response open to forward."""
+        if self.last_messages is not None and not self.client.headers_sent:
+            # a WebSocket turn's last failure, message by message as the upstream sent it
+            self._ended("exhausted")
+            self.log.exhausted(last_message)
+            self.client.start(200, [], "")
+            for sent in self.last_messages:
+                self.client.message(sent)
+            return
         forwarded = self.last_answered if not self.client.headers_sent else None
         self._ended("exhausted", forwarded.record if forwarded is not None else None)
-        self.client.stop_keepalive()
         self.log.exhausted(last_message)
         last_message = self.log.redact(last_message)
         code = "upstream_timeout" if timed_out else "upstream_unavailable"

@@ -1,5 +1,5 @@
-"""The attempt loop's decisions, as values: which upstream is tried next, and what
-a failure before output leads to.  Nothing here awaits; `loop.py` acts on these."""
+"""The attempt core's decisions on failures, as values: which upstream is tried
+next, and what a failure before output leads to.  `machine.py` acts on these."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..rules import AttemptSettings, Upstream
 
 
 @dataclass(frozen=True, slots=True)
-class Turn:
+class UpstreamTry:
     """An attempt to come: which upstream, its how-manyth try, and whether another upstream follows."""
 
     index: int
@@ -23,17 +23,17 @@ class Turn:
     has_next: bool
 
 
-def first_turn(upstreams: Sequence[Upstream]) -> Turn:
-    return Turn(0, upstreams[0], 1, len(upstreams) > 1)
+def first_try(upstreams: Sequence[Upstream]) -> UpstreamTry:
+    return UpstreamTry(0, upstreams[0], 1, len(upstreams) > 1)
 
 
-def next_turn(upstreams: Sequence[Upstream], turn: Turn, plan: Plan) -> Turn | None:
+def next_try(upstreams: Sequence[Upstream], current: UpstreamTry, plan: Plan) -> UpstreamTry | None:
     """After a failed attempt: the same upstream again, the next one, or none (the exchange is over)."""
     if plan.action == "retry":
-        return Turn(turn.index, turn.upstream, turn.tries + 1, turn.has_next)
-    if plan.action == "next_upstream" and turn.index + 1 < len(upstreams):
-        index = turn.index + 1
-        return Turn(index, upstreams[index], 1, index + 1 < len(upstreams))
+        return UpstreamTry(current.index, current.upstream, current.tries + 1, current.has_next)
+    if plan.action == "next_upstream" and current.index + 1 < len(upstreams):
+        index = current.index + 1
+        return UpstreamTry(index, upstreams[index], 1, index + 1 < len(upstreams))
     return None
 
 
@@ -49,7 +49,7 @@ class Verdict:
         return "fatal" if self.decision is Decision.FATAL else self.plan.action
 
 
-def judge(info: ErrorInfo, turn: Turn, settings: AttemptSettings, policy: ErrorPolicy, *, timed_out: bool = False,
+def judge(info: ErrorInfo, turn: UpstreamTry, settings: AttemptSettings, policy: ErrorPolicy, *, timed_out: bool = False,
           headers: Mapping[str, str] | None = None, jitter: Callable[[], float] = random.random) -> Verdict:
     """The error policy's decision on `info` (and the answer's `x-should-retry`), then the plan
     within the upstream's budget, its backoff and the answer's Retry-After (or the delay

@@ -22,7 +22,7 @@ from typing import Protocol, cast
 import httptools
 
 from .. import observe
-from ..exchange import AnswerHead, Exchange
+from .ticket import AnswerHead, Ticket
 from ..upstreams.body import Body
 from .direct_line import DirectLine
 
@@ -191,7 +191,7 @@ class RelayConnection(asyncio.Protocol):
 
 
 class RelayAnswer:
-    """One exchange's answer on its relay connection: the attempt loop's `ClientSink`."""
+    """One exchange's answer on its relay connection: the attempt core's `ClientSink`."""
 
     __slots__ = ("_connection", "_transport", "_bodiless", "_sent", "_chunked", "_aborted", "_head", "_line",
                  "_producer", "_send")
@@ -236,14 +236,14 @@ class RelayAnswer:
             self._line.close()
             self._line = None
 
-    # --- the attempt loop's ClientSink -------------------------------------------------
+    # --- the attempt core's ClientSink -------------------------------------------------
 
-    def go_direct(self, exchange: Exchange) -> bool:
+    def go_direct(self, ticket: Ticket) -> bool:
         """Before the answer's first byte: hand it to mitmproxy in-process if it can be."""
-        if exchange.mitmproxy_streams is None:
+        if ticket.mitmproxy_streams is None:
             return False
         try:
-            streams = exchange.mitmproxy_streams()
+            streams = ticket.mitmproxy_streams()
         except (AttributeError, KeyError, TypeError) as exc:  # mitmproxy's structures moved under us
             observe.emit(logging.WARNING, "switchyard.direct_line_unavailable", error=f"{type(exc).__name__}: {exc}")
             return False
@@ -253,9 +253,9 @@ class RelayAnswer:
         self._send = self._line.write
         return True
 
-    def begin(self, exchange: Exchange) -> None:
-        """Send mitmproxy the provisional head now; the real one follows in `exchange.head`."""
-        self._head = exchange.head = asyncio.get_running_loop().create_future()
+    def begin(self, ticket: Ticket) -> None:
+        """Send mitmproxy the provisional head now; the real one follows in `ticket.head`."""
+        self._head = ticket.head = asyncio.get_running_loop().create_future()
         self._chunked = True
         self._send(_PROVISIONAL_HEAD)
 
@@ -301,6 +301,10 @@ class RelayAnswer:
             self._line.pace(producer)
         elif producer is not None and self._connection.paused:
             producer.hold(True)
+
+    def message(self, data: bytes) -> None:
+        """(A WebSocket turn's sink takes messages; an HTTP answer never gets one.)"""
+        raise TypeError("an HTTP answer has no messages")
 
     def abort(self) -> None:
         """End the answer without a clean end: the client must see it was cut."""

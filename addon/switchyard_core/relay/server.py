@@ -9,12 +9,14 @@ proxy.
 Each connection from mitmproxy is a `RelayConnection`, each request on it
 answered by a `RelayAnswer` (connection.py).
 
-The head goes to mitmproxy at once, provisional (`x-switchyard-provisional`),
-while the attempt loop works: mitmproxy's own work on a response head (reading
-it, its hooks) then happens while the upstream is still thinking, off the first
-token's path.  The Router's `responseheaders` hook waits for the real head
-(`Exchange.head`) and puts it in place before mitmproxy sends anything to the
-client.
+An HTTP exchange's attempts start when it is routed (`register`), from the
+same driver that sends every later attempt; its answer is attached when
+mitmproxy's connection with the token arrives (`serve`).  The head goes to
+mitmproxy at once, provisional (`x-switchyard-provisional`), while the attempt
+core works: mitmproxy's own work on a response head (reading it, its hooks)
+then happens while the upstream is still thinking, off the first token's path.
+The Router's `responseheaders` hook waits for the real head (`Ticket.head`)
+and puts it in place before mitmproxy sends anything to the client.
 """
 
 from __future__ import annotations
@@ -22,18 +24,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections import Counter
+from typing import Any
 
 from .. import observe
-from ..apis import APIS
-from ..attempts.loop import AttemptLoop
-from ..exchange import EarlyAttempt, Exchange, OriginalRequest
+from ..attempts.driver import Driver, HeldSink
+from ..attempts.machine import ExchangeMachine
+from ..exchange import Exchange, OriginalRequest
 from ..faults import FaultPlan
 from ..rules import Route
 from ..upstreams.client import UpstreamClient
-from ..upstreams.messages import build_request
 from .connection import RelayAnswer, RelayConnection
+from .ticket import MitmproxyStreams, Ticket
 from .websocket_session import WebSocketSession
 
 RETIRE_MAX_S = 600.0  # a retired relay (the script was reloaded) stops by then whatever is in flight
@@ -44,7 +46,7 @@ class Relay:
     def __init__(self, http: UpstreamClient) -> None:
         self.http = http  # straight to upstreams
         self._via: dict[str, UpstreamClient] = {}  # through an upstream proxy, by the proxy's URL
-        self._pending: dict[str, Exchange] = {}
+        self._pending: dict[str, Ticket] = {}
         self._server: asyncio.Server | None = None
         self.connections: set[RelayConnection] = set()
         self.port: int | None = None
@@ -78,38 +80,32 @@ class Relay:
         return client
 
     def register(self, route: Route, request: OriginalRequest, faults: FaultPlan | None = None, *,
-                 provisional_head: bool = False) -> Exchange:
-        """An exchange the relay will serve once, for the holder of its token.
+                 provisional_head: bool = False, websocket: bool = False, upstream_proxy: str | None = None,
+                 mitmproxy_streams: MitmproxyStreams | None = None, story: dict[str, Any] | None = None) -> Ticket:
+        """An exchange the relay will serve once, for the holder of its token.  An HTTP
+        exchange's first attempt is sent now, from its driver: the upstream starts on it
+        while mitmproxy passes the flow to the relay (under a burst, after every other
+        flow's hooks of that loop pass).  The Router's hook is the last in mitmproxy's
+        chain, so nothing can still answer the flow instead; one that is killed or
+        whose client leaves before it reaches the relay is stopped (`forget`).
 
         `provisional_head`: answer mitmproxy at once with a provisional head (see
         above).  Only where a client that leaves closes its connection: while the
         Router's hook waits, mitmproxy queues the flow's events, and an HTTP/2
         stream reset would wait with them while the upstream went on."""
-        exchange = Exchange(token=secrets.token_urlsafe(18), route=route, request=request, faults=faults,
-                            provisional_head=provisional_head)
-        self._pending[exchange.token] = exchange
-        return exchange
-
-    def send_first(self, exchange: Exchange) -> None:
-        """Send the first upstream its request now, from the Router's hook: the upstream
-        starts on it while mitmproxy passes the flow to the relay (under a burst, after
-        every other flow's hooks of that loop pass), and the attempt loop's first
-        attempt takes it over.  The Router's hook is the last in mitmproxy's chain, so
-        nothing can still answer the flow instead; one that is killed or whose client
-        leaves before it reaches the relay has it stopped (`forget`), as the relay
-        stops an exchange whose client leaves."""
-        try:
-            request = build_request(exchange.request, exchange.route.upstreams[0], APIS[exchange.route.api].name)
-        except Exception:  # the attempt loop builds it again, and fails where it always did
-            return
-        early = exchange.early = EarlyAttempt(request, time.monotonic())
-        early.answer = asyncio.get_running_loop().create_task(self.client_via(exchange.upstream_proxy).open(
-            request, connect_timeout_s=exchange.route.settings.connect_timeout_s, sent=early.sent))
+        ticket = Ticket(secrets.token_urlsafe(18), Exchange(route, request), faults, upstream_proxy, websocket,
+                        provisional_head, mitmproxy_streams, story)
+        self._pending[ticket.token] = ticket
+        if not websocket:
+            machine = ExchangeMachine(ticket.exchange, HeldSink(), faults=faults)
+            ticket.driver = Driver(machine, self.client_via(upstream_proxy))
+            ticket.driver.start()
+        return ticket
 
     def forget(self, token: str) -> None:
-        exchange = self._pending.pop(token, None)
-        if exchange is not None:
-            _drop_early(exchange)
+        ticket = self._pending.pop(token, None)
+        if ticket is not None and ticket.driver is not None:
+            ticket.driver.cancel()
         self._stop_if_retired_and_idle()
 
     @property
@@ -145,8 +141,9 @@ class Relay:
         self._stop_if_retired_and_idle()
 
     def _drop_unused_tokens(self) -> None:
-        for exchange in self._pending.values():  # their flows were killed or answered elsewhere
-            _drop_early(exchange)
+        for ticket in self._pending.values():  # their flows were killed or answered elsewhere
+            if ticket.driver is not None:
+                ticket.driver.cancel()
         self._pending.clear()
         self._stop_if_retired_and_idle()
 
@@ -159,8 +156,9 @@ class Relay:
         when it reloads the script).  `graceful`: nothing is in flight, and what was
         written is still sent before each connection closes."""
         self._stopped = True
-        for exchange in self._pending.values():
-            _drop_early(exchange)
+        for ticket in self._pending.values():
+            if ticket.driver is not None:
+                ticket.driver.cancel()
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
@@ -176,45 +174,41 @@ class Relay:
         self._via.clear()
 
     async def serve(self, token: str, sink: RelayAnswer) -> None:
-        exchange = self._pending.pop(token, None) if token else None
-        if exchange is None:
+        ticket = self._pending.pop(token, None) if token else None
+        if ticket is None:
             sink.send_whole(403, [("Content-Type", "text/plain; charset=utf-8")],
                             b"switchyard relay: unknown or used token\n")
             return
-        if exchange.websocket:
-            self.in_flight += 1  # a reload lets it go on, as it does a stream
-            try:
-                await WebSocketSession(exchange, sink.connection, self.client_via(exchange.upstream_proxy), self.websocket).run()
-            finally:
-                self.in_flight -= 1
-                if self._retiring:
-                    asyncio.get_running_loop().call_soon(self._stop_if_retired_and_idle)
-            return  # the connection was the session's: nothing more goes on it
-        loop = AttemptLoop(exchange, self.client_via(exchange.upstream_proxy), sink)
-        self.answers += 1
-        self.in_flight += 1
+        self.in_flight += 1  # a reload lets it go on
         try:
-            if sink.go_direct(exchange):
-                self.direct_answers += 1
-            if exchange.provisional_head and exchange.request.method != "HEAD":
-                sink.begin(exchange)
-            await loop.run()
-        except asyncio.CancelledError:
-            loop.end.client_gone()
-            raise
-        except Exception as exc:  # a bug must cost one request, never the proxy
-            observe.log.exception(observe.format_event("switchyard.internal_error", route=exchange.route.name))
-            loop.end.internal_error(type(exc).__name__)
+            if ticket.websocket:
+                session = WebSocketSession(ticket, sink.connection, self.client_via(ticket.upstream_proxy),
+                                           self.websocket)
+                await session.run()
+                return  # the connection was the session's: nothing more goes on it
+            await self._answer(ticket, sink)
         finally:
-            _drop_early(exchange)  # the loop took it over, unless it never ran
             self.in_flight -= 1
-            loop.log.finished()  # once the outcome is known (a client that left, a bug)
             if self._retiring:
                 asyncio.get_running_loop().call_soon(self._stop_if_retired_and_idle)  # after this answer's end
+
+    async def _answer(self, ticket: Ticket, sink: RelayAnswer) -> None:
+        driver = ticket.driver
+        assert driver is not None
+        self.answers += 1
+        try:
+            try:
+                if sink.go_direct(ticket):
+                    self.direct_answers += 1
+                if ticket.provisional_head and ticket.exchange.request.method != "HEAD":
+                    sink.begin(ticket)
+            finally:
+                driver.attach(sink)
+        except Exception as exc:  # a bug must cost one request, never the proxy
+            observe.log.exception(observe.format_event("switchyard.internal_error", route=ticket.exchange.route.name))
+            driver.crashed(type(exc).__name__)
+        try:
+            await driver.run()
+        finally:
+            driver.machine.log.finished()  # once the outcome is known (a client that left, a bug)
         sink.end()
-
-
-def _drop_early(exchange: Exchange) -> None:
-    if exchange.early is not None:
-        exchange.early.discard()
-        exchange.early = None

@@ -30,7 +30,7 @@ from wsproto.events import (
 from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from ..redaction import redact_bytes
+from ..ws_items import Binary, Closed, Item, redact_message
 from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest
 
 # a message (or a refused handshake's body) larger than this breaks the connection
@@ -42,26 +42,6 @@ NOT_A_WEBSOCKET = frozenset({400, 404, 405, 426, 501, *range(200, 300)})
 _HANDSHAKE_OWN = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                             "sec-websocket-protocol", "content-length", "content-type", "accept-encoding"})
 
-
-class Binary(bytes):
-    """A binary message's payload (text messages are plain `bytes`, UTF-8)."""
-
-
-def redact_message(message: bytes, secrets: tuple[bytes, ...]) -> bytes:
-    """A message with `secrets` redacted, binary if it was."""
-    redacted = redact_bytes(message, secrets) if secrets else message
-    return Binary(redacted) if isinstance(message, Binary) and redacted is not message else redacted
-
-
-@dataclass(frozen=True, slots=True)
-class Closed:
-    """The connection ended: a close frame's code and reason, or 1006 for a broken one."""
-
-    code: int
-    reason: str = ""
-
-
-Item = bytes | Closed  # a message (Binary for binary ones), or the end
 
 
 class Refused(Exception):

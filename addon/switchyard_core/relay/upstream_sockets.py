@@ -1,0 +1,159 @@
+"""A terminated WebSocket's upstream side: the connection's socket, and what its
+items reach.
+
+One socket at a time is the connection's (`current`), to the upstream that
+answers its turns.  While a turn's attempt converses on it, its items go to
+that attempt (through the attempt's fault, if one was injected); between turns
+they go to the client as they come (what a turn left after its end), the
+close included.  A socket whose later messages must reach nobody is dropped.
+This is the session's `SocketSide` (attempts/driver.py): the attempt core never
+holds a socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..attempts.faulty_messages import FaultStep, FaultyMessages
+from ..faults import FaultSpec
+from ..redaction import env_secrets
+from ..rules import Upstream
+from ..upstreams.client import UpstreamClient
+from ..upstreams.messages import UpstreamRequest
+from ..upstreams.websocket import UpstreamSocket, open_socket
+from ..ws_items import Closed, Item
+
+if TYPE_CHECKING:
+    from .websocket_session import WebSocketSession
+
+
+class UpstreamSockets:
+    def __init__(self, session: "WebSocketSession", http: UpstreamClient) -> None:
+        self.session = session
+        self.http = http
+        self.current: UpstreamSocket | None = None
+        self.current_upstream: str | None = None
+        self.secrets: tuple[bytes, ...] = ()  # what the current socket's upstream's `${VAR}`s hold
+        self.held_for_client = False  # the client is not reading: the upstream is held
+        self._by_attempt: dict[int, UpstreamSocket] = {}  # the current turn's attempts' sockets
+        self._receiver: Callable[[Item], None] | None = None  # the attempt conversing, if any
+        self._fault: FaultyMessages | None = None  # its fault, until it fires
+        self.answered: UpstreamSocket | None = None  # the socket whose attempt the current turn kept
+
+    # --- the attempt core's SocketSide -------------------------------------------------
+
+    async def open(self, attempt: int, upstream: str, request: UpstreamRequest, connect_s: float | None) -> None:
+        link = self.current
+        if link is None or not link.open or self.current_upstream != upstream:
+            if link is not None:
+                self.drop(link)
+            link = await open_socket(request, self.http.tls_context, connect_timeout_s=connect_s or 0,
+                                     handshake_timeout_s=None)  # (the driver bounds the handshake)
+            found = self._upstream(upstream)
+            self.current, self.current_upstream = link, upstream
+            self.secrets = env_secrets(found) if found is not None else ()
+            link.listen(self._from_upstream_of(link))
+            link.paused = self._upstream_paused_of(link)
+            if self.held_for_client and link.transport is not None:
+                link.transport.pause_reading()  # a retry's or fallback's socket, while the client reads nothing
+        self._by_attempt[attempt] = link
+
+    def converse(self, attempt: int, receive: Callable[[Item], None], fault: FaultSpec | None) -> None:
+        link = self._by_attempt.get(attempt)
+        if link is None:
+            return
+        self._fault = FaultyMessages(fault, self.session.route.api) if fault is not None else None
+        self._receiver = receive
+        link.send_text(self.session.turn_message(link))  # the real message, fault or not
+
+    def release(self, attempt: int, drop: bool) -> None:
+        link = self._by_attempt.pop(attempt, None)
+        self._receiver, self._fault = None, None
+        self.session.turn_released()
+        if link is None:
+            return
+        if drop:
+            self.drop(link)
+        elif link is self.current:
+            self.answered = link
+
+    def use_http(self, upstream: str, status: int) -> None:
+        self.session.use_http(upstream, status)
+
+    def close_client(self, code: int, reason: str) -> None:
+        self.session.closed_in_turn(Closed(code, reason))
+
+    # --- the sockets ----------------------------------------------------------------------
+
+    def _upstream(self, name: str) -> Upstream | None:
+        return next((u for u in self.session.route.upstreams if u.name == name), None)
+
+    def drop(self, link: UpstreamSocket, *, broken: bool = False) -> None:
+        """Close a socket whose messages must reach nobody from now on (`broken`: break it off)."""
+        link.listen(None)
+        link.paused = None
+        if broken:
+            link.abort()
+        else:
+            link.close(1000)
+        if self.current is link:
+            self.current, self.current_upstream = None, None
+            self.session.hold_client("upstream", False)
+        if self.answered is link:
+            self.answered = None
+
+    def forget(self) -> None:
+        """The connection's turns go elsewhere now (another upstream, or HTTP)."""
+        if self.current is not None:
+            self.drop(self.current)
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.close(1000)
+            self.current = None
+
+    def hold(self, paused: bool) -> None:
+        """While mitmproxy is not reading, neither is the upstream socket."""
+        self.held_for_client = paused
+        link = self.current
+        if link is not None and link.transport is not None and not link.transport.is_closing():
+            if paused:
+                link.transport.pause_reading()
+            else:
+                link.transport.resume_reading()
+
+    def _upstream_paused_of(self, link: UpstreamSocket) -> Callable[[bool], None]:
+        def paused(held: bool) -> None:
+            if link is self.current:
+                self.session.hold_client("upstream", held)
+        return paused
+
+    def _from_upstream_of(self, link: UpstreamSocket) -> Callable[[Item], None]:
+        def receive(item: Item) -> None:
+            if link is not self.current:
+                return
+            fault = self._fault
+            if fault is None:
+                self._deliver(item)
+            else:
+                self._faulted(link, fault.feed(item))
+        return receive
+
+    def _faulted(self, link: UpstreamSocket, step: FaultStep) -> None:
+        """A real item through the attempt's fault: at the fault point the real socket
+        goes (its rest must reach nobody) and the fault's items take its place."""
+        if step.cut is not None:
+            self._fault = None
+            receiver = self._receiver
+            self.drop(link, broken=step.cut == "abort")
+            self._receiver = receiver  # the fault's own items still reach the attempt
+        for item in step.items:
+            self._deliver(item)
+
+    def _deliver(self, item: Item) -> None:
+        receiver = self._receiver
+        if receiver is not None:
+            receiver(item)
+        else:
+            self.session.between_turns(item)
