@@ -69,6 +69,12 @@ routes:
     upstreams:
       - {{name: primary, url: original, retries: 0}}
       - {{name: backup, url: "{backup}", websocket: false}}
+  - name: responses-ws-busy
+    match: {{path: /busy/v1/responses}}
+    request_timeout_s: 2
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
+      - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
   - name: responses-ws
     match: {{path: /v1/responses}}
     upstreams:
@@ -380,6 +386,41 @@ async def test_first_output_timeout_fires_on_a_silent_second_turn(upstream: WsPr
     line = next(line for line in log.splitlines() if "switchyard.attempt_failed" in line)
     for part in ("status=504", "event=timeout", "turn=2", "transport=websocket"):
         assert part in line, line
+
+
+async def test_a_turns_first_output_is_due_from_its_start_whatever_the_upstream_sends_before(
+        upstream: WsProvider, backup: WsProvider, ws_mitm: Mitmdump) -> None:
+    """As over HTTP, `request_timeout_s` bounds the wait for a turn's first output from
+    the attempt's start: an upstream that keeps sending `response.in_progress` and never
+    any output is moved past, and the backup answers the turn."""
+    created = answer_turn("resp_busy")[0]
+    busy = event("response.in_progress", sequence_number=1, response={"id": "resp_busy", "status": "in_progress"})
+    upstream.script([created, *[item for _ in range(40) for item in (0.25, busy)]])
+    good = answer_turn("resp_backup", text="FROM BACKUP")
+    backup.script(good)
+    mark = ws_mitm.log_mark()
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url_under("busy"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("think hard"))
+            got = await receive_turn(ws, timeout=8)  # the primary keeps "progressing" for 10 s
+    assert got == good
+    log = ws_mitm.wait_for_log("switchyard.fallback_answered", mark)
+    line = next(line for line in log.splitlines() if "switchyard.attempt_failed" in line)
+    for part in ("route=responses-ws-busy", "upstream=primary", "event=timeout", "decision=next_upstream",
+                 'message="no output within 2s"'):
+        assert part in line, line
+
+
+async def test_a_session_asks_the_upstream_nothing_but_the_upgrade_and_its_turns(
+        upstream: WsProvider, ws_mitm: Mitmdump) -> None:
+    """Routing a WebSocket handshake sends nothing by itself: the upstream gets the
+    upgrade and the turn, never a plain GET the client did not make."""
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url, proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("hi"))
+            await receive_turn(ws)
+    assert [handshake.get("Upgrade", "").lower() for handshake in upstream.handshakes] == ["websocket"]
+    assert upstream.posts == [] and upstream.connections == 1
 
 
 async def test_an_upstream_close_right_after_a_turn_reaches_the_client_after_every_message(

@@ -15,7 +15,7 @@ from switchyard_core.attempts.faulty_answer import FaultyAnswer
 from switchyard_core.attempts.faulty_messages import FaultStep, FaultyMessages
 from switchyard_core.rules.schema import FaultSpec
 from switchyard_core.sse import FrameSplitter, SseEvent
-from switchyard_core.upstreams.websocket import Closed
+from switchyard_core.ws_items import Closed
 from tests.support import wire
 
 

@@ -86,8 +86,9 @@ def chat_completion(text: str) -> dict:
 def responses_stream(text: str, rid: str = "resp_1", reasoning: Sequence[Reasoning] = (),
                      item_id: str = "msg_1") -> list[bytes]:
     """A Responses stream; with `reasoning`, a reasoning model's: each reasoning item
-    (`added`, its summary parts and text, `done`) before the message, as in
-    provider-sse-shapes §2.3 (an item with no summary is `added` then `done` only)."""
+    (`added`, its summary parts and text, `done`) before the message, as OpenAI's
+    reasoning models stream them (an item with no summary is `added` then `done` only;
+    tests/fixtures/responses_reasoning_summary.sse is one recorded)."""
     base = {"id": rid, "object": "response", "created_at": 1761565462, "model": "gpt-4o", "output": []}
     item = {"id": item_id, "type": "message", "status": "in_progress", "content": [], "role": "assistant"}
     frames = [

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections import Counter
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from mitmproxy import addonmanager, command, connection, ctx, hooks, http
@@ -25,7 +23,6 @@ from mitmproxy.http import Headers
 from .. import observe
 from ..exchange import OriginalRequest
 from ..observe import METADATA_KEY
-from ..apis.google_gemini import model_in_path
 from ..apis.openai_responses import NAME as RESPONSES
 from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Relay
 from ..relay.ticket import Ticket
@@ -35,16 +32,12 @@ from ..relay.mitmproxy_reader import relay_streams
 from ..upstreams import UpstreamClient
 from ..upstreams.client import ConnectHook
 from ..upstreams.messages import redact_query
-from ..upstreams.content_coding import MalformedBody, UnsupportedCoding, decode_within
 from .destination import destination, named_url
+from .request_body import RequestBody, not_routed_too_large, read_body, requested_model
 from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, restore, show_attempts
 from .heap import freeze_startup_heap
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral, unusable as streaming_note_unusable
-
-# The most of a request body read to route it (decoded, if it came compressed): a body
-# of 1 MB can inflate to gigabytes.  A larger one goes to its destination unrouted.
-ROUTE_BODY_LIMIT = 32 * 1024 * 1024
 
 UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth",
                     "http_connect_send_host_header"}
@@ -182,19 +175,19 @@ class Router:
         if rules is None or not flow.live or flow.response is not None or flow.error is not None or flow.id in self._live:
             return  # (a flow read from a file, or replayed from one, is not live: never sent anywhere by us)
         websocket = "websocket" in flow.request.headers.get("upgrade", "").lower()
-        parsed: list[_Body] = []  # the body, read at most once, only if a route needs it
+        parsed: list[RequestBody] = []  # the body, read at most once, only if a route needs it
 
-        def body() -> _Body:
+        def body() -> RequestBody:
             if not parsed:
-                parsed.append(_body_of(flow.request))
+                parsed.append(read_body(flow.request))
             return parsed[0]
 
         host, address = destination(flow)
         route = rules.route_for(host, flow.request.path,
-                                lambda: None if websocket else _requested_model(flow.request.path, lambda: body().json))
+                                lambda: None if websocket else requested_model(flow.request.path, lambda: body().json))
         if route is None or (websocket and route.api != RESPONSES):
             if parsed and parsed[0].too_large:  # a route asked for its model: it could not be read
-                _not_routed_too_large(None)
+                not_routed_too_large(None)
             return  # (a WebSocket of another API: mitmproxy relays it as it is)
         request = flow.request
         if request.raw_content is None:  # streamed to the origin already (stream_large_bodies)
@@ -203,7 +196,7 @@ class Router:
             return
         content = body()
         if content.too_large:
-            _not_routed_too_large(route.name)
+            not_routed_too_large(route.name)
             return
         relay = await self._ensure_relay()
         if relay.stopped:  # the script was reloaded while the relay started: the new Router routes it
@@ -414,49 +407,3 @@ def _report_start_failure(task: "asyncio.Task[Relay]") -> None:
     """A relay that cannot listen is said at once (the first routed flow tries again)."""
     if not task.cancelled() and task.exception() is not None:
         observe.emit(logging.ERROR, "switchyard.relay_failed", error=str(task.exception()))
-
-
-class _Body(NamedTuple):
-    """A request body as the Router read it to route."""
-
-    raw: bytes  # what upstreams are sent
-    json: Any  # its JSON, None if it is none
-    decoded: bool = False  # `raw` is the body decoded: its Content-Encoding no longer applies
-    too_large: bool = False  # past ROUTE_BODY_LIMIT: not read, not routed
-
-
-def _body_of(request: http.Request) -> _Body:
-    raw = request.raw_content or b""
-    coding = request.headers.get("content-encoding")
-    decoded = False
-    if coding is None:  # the common case, without a decode step (it is on the first token's path)
-        if len(raw) > ROUTE_BODY_LIMIT:
-            return _Body(raw, None, too_large=True)
-    else:
-        try:
-            plain = decode_within(raw, coding, ROUTE_BODY_LIMIT)
-        except (MalformedBody, UnsupportedCoding):
-            return _Body(raw, None)  # passed on as the client sent it, for its destination to judge
-        if plain is None:
-            return _Body(raw, None, too_large=True)
-        raw, decoded = plain, plain is not raw
-    try:
-        return _Body(raw, json.loads(raw or b""), decoded)
-    except (ValueError, RecursionError):
-        return _Body(raw, None, decoded)
-
-
-def _not_routed_too_large(route: str | None) -> None:
-    observe.emit(logging.WARNING, "switchyard.not_routed", route=route,
-                 reason=f"request body is over {ROUTE_BODY_LIMIT // (1024 * 1024)} MiB (decoded); "
-                        "sent to its destination unrouted")
-
-
-def _requested_model(path: str, body: Callable[[], Any]) -> str | None:
-    """The model a request names: in its path for Gemini, else the JSON body's `model`."""
-    in_path = model_in_path(path)
-    if in_path is not None:
-        return in_path
-    found = body()
-    model = found.get("model") if isinstance(found, dict) else None
-    return model if isinstance(model, str) else None

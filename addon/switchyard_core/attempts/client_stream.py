@@ -47,6 +47,44 @@ class ClientSink(Protocol):
         ...
 
 
+class HeldSink:
+    """The client's answer before the relay's connection for it has arrived: what the
+    core writes meanwhile (rarely anything) is held and replayed, in order, once it has."""
+
+    def __init__(self) -> None:
+        self._calls: list[tuple[str, tuple[object, ...]]] = []
+        self._started = False
+
+    @property
+    def headers_sent(self) -> bool:
+        return self._started
+
+    def start(self, status: int, headers: list[tuple[str, str]]) -> None:
+        self._started = True
+        self._calls.append(("start", (status, headers)))
+
+    def write(self, data: bytes) -> None:
+        self._calls.append(("write", (data,)))
+
+    def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self._started = True
+        self._calls.append(("send_whole", (status, headers, body)))
+
+    def pace(self, producer: Body | None) -> None:
+        self._calls.append(("pace", (producer,)))
+
+    def abort(self) -> None:
+        self._calls.append(("abort", ()))
+
+    def message(self, data: bytes) -> None:
+        self._calls.append(("message", (data,)))
+
+    def replay(self, sink: ClientSink) -> None:
+        calls, self._calls = self._calls, []
+        for name, args in calls:
+            getattr(sink, name)(*args)
+
+
 class ClientStream:
     def __init__(self, sink: ClientSink, api: Api) -> None:
         self.sink = sink

@@ -14,7 +14,6 @@ hot path every token takes (docs/architecture.md, "Speed").
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -25,7 +24,7 @@ from ..upstreams.body import Body
 from ..upstreams.messages import Answer, ConnectTimeout, Upstreams, UpstreamRequest, read_bounded
 from ..upstreams.websocket import Refused
 from ..ws_items import Closed, Item
-from .client_stream import ClientSink
+from .client_stream import ClientSink, HeldSink
 from .commands import (
     CloseClient,
     Command,
@@ -210,7 +209,8 @@ class Driver:
             self._event(lambda: machine.open_failed(number, "head_timeout", None, now()))
             return
         except OSError as exc:  # refused, unreachable, TLS, reset, not HTTP (ssl errors are OSErrors)
-            self._event(lambda: machine.open_failed(number, "transport", exc, now()))
+            failure: OSError = exc
+            self._event(lambda: machine.open_failed(number, "transport", failure, now()))
             return
         reading = self._reading.get(number)
         if reading is None or machine.attempt(number) is None:
@@ -228,7 +228,8 @@ class Driver:
         try:
             async with asyncio.timeout_at(_loop_time(command.head_by)):
                 await self.sockets.open(number, name, command.request, command.connect_s)
-        except Refused as refused:
+        except Refused as exc:
+            refused: Refused = exc
             self._event(lambda: machine.refused(number, refused.status, refused.headers, refused.body, now()))
             return
         except ConnectTimeout:
@@ -238,7 +239,8 @@ class Driver:
             self._event(lambda: machine.open_failed(number, "head_timeout", None, now()))
             return
         except OSError as exc:
-            self._event(lambda: machine.open_failed(number, "transport", exc, now()))
+            broke: OSError = exc
+            self._event(lambda: machine.open_failed(number, "transport", broke, now()))
             return
         self._event(lambda: machine.opened(number, 101, {}, now()))
 
@@ -380,44 +382,6 @@ class Driver:
         if at is not None:
             self._timers[name] = asyncio.get_running_loop().call_at(
                 _loop_time(at) or 0.0, lambda: self._event(lambda: self.machine.due(name, now())))
-
-
-class HeldSink:
-    """The client's answer before the relay's connection for it has arrived: what the
-    core writes meanwhile (rarely anything) is held and replayed, in order, once it has."""
-
-    def __init__(self) -> None:
-        self._calls: list[tuple[str, tuple[object, ...]]] = []
-        self._started = False
-
-    @property
-    def headers_sent(self) -> bool:
-        return self._started
-
-    def start(self, status: int, headers: list[tuple[str, str]]) -> None:
-        self._started = True
-        self._calls.append(("start", (status, headers)))
-
-    def write(self, data: bytes) -> None:
-        self._calls.append(("write", (data,)))
-
-    def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        self._started = True
-        self._calls.append(("send_whole", (status, headers, body)))
-
-    def pace(self, producer: Body | None) -> None:
-        self._calls.append(("pace", (producer,)))
-
-    def abort(self) -> None:
-        self._calls.append(("abort", ()))
-
-    def message(self, data: bytes) -> None:
-        self._calls.append(("message", (data,)))
-
-    def replay(self, sink: ClientSink) -> None:
-        calls, self._calls = self._calls, []
-        for name, args in calls:
-            getattr(sink, name)(*args)
 
 
 def _loop_time(deadline: float | None) -> float | None:

@@ -25,7 +25,7 @@ from ..apis.openai_responses import ResponsesStream
 from ..faults import RESET_MESSAGE, status_and_message, websocket_message
 from ..rules.schema import FaultSpec
 from ..sse import SseEvent
-from ..upstreams.websocket import Binary, Closed, Item
+from ..ws_items import Binary, Closed, Item
 
 RESET_CODE = 1006  # a connection that broke without a close: what a reset looks like on a WebSocket
 

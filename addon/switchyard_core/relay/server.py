@@ -28,8 +28,7 @@ from collections import Counter
 from typing import Any
 
 from .. import observe
-from ..attempts.driver import Driver, HeldSink
-from ..attempts.machine import ExchangeMachine
+from ..attempts import Driver, ExchangeMachine, HeldSink
 from ..exchange import Exchange, OriginalRequest
 from ..faults import FaultPlan
 from ..rules import Route

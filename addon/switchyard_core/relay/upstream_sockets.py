@@ -13,23 +13,40 @@ holds a socket.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..attempts.faulty_messages import FaultStep, FaultyMessages
 from ..faults import FaultSpec
 from ..redaction import env_secrets
-from ..rules import Upstream
+from ..rules import Route, Upstream
 from ..upstreams.client import UpstreamClient
 from ..upstreams.messages import UpstreamRequest
 from ..upstreams.websocket import UpstreamSocket, open_socket
 from ..ws_items import Closed, Item
 
-if TYPE_CHECKING:
-    from .websocket_session import WebSocketSession
+
+class Session(Protocol):
+    """What the sockets need of the session they serve (websocket_session.py)."""
+
+    route: Route
+
+    def turn_message(self, link: UpstreamSocket) -> str:
+        """The turn in progress as this socket should get it."""
+        ...
+
+    def turn_released(self) -> None: ...
+
+    def use_http(self, upstream: str, status: int) -> None: ...
+
+    def closed_in_turn(self, closed: Closed) -> None: ...
+
+    def hold_client(self, why: str, held: bool) -> None: ...
+
+    def between_turns(self, item: Item) -> None: ...
 
 
 class UpstreamSockets:
-    def __init__(self, session: "WebSocketSession", http: UpstreamClient) -> None:
+    def __init__(self, session: Session, http: UpstreamClient) -> None:
         self.session = session
         self.http = http
         self.current: UpstreamSocket | None = None

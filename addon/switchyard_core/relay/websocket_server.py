@@ -20,7 +20,8 @@ from wsproto.frame_protocol import CloseReason
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
 
 from .. import observe
-from ..upstreams.websocket import MESSAGE_LIMIT, Binary, HoldsTheOtherSide
+from ..upstreams.websocket import MESSAGE_LIMIT, HoldsTheOtherSide
+from ..ws_items import Binary
 
 UNSENDABLE_CLOSE = frozenset({1005, 1006, 1015})  # codes a close frame may not carry
 BROKEN_CLOSE = frozenset({1006, 1015})  # of those, the ones that say the connection broke

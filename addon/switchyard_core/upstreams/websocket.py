@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from wsproto import ConnectionType, WSConnection
@@ -30,7 +29,7 @@ from wsproto.events import (
 from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from ..ws_items import Binary, Closed, Item, redact_message
+from ..ws_items import Binary, Closed, Item
 from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest
 
 # a message (or a refused handshake's body) larger than this breaks the connection
