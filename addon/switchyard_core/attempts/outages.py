@@ -221,6 +221,7 @@ class Visit:
     @property
     def probes(self) -> frozenset[str]:
         """The upstreams whose probe this request holds and has not settled."""
+        self._memories()
         return frozenset(self._claims)
 
     def failed(self, upstream: str, kind: FailureKind, now: float, *,
@@ -262,9 +263,7 @@ class Visit:
         skip that ended is returned, for a log line); and since nothing is tried after
         output, every other probe this request claimed is let go."""
         memories = self._memories()
-        if memories is None:
-            return None
-        memory = memories.pop((self._route, upstream), None)
+        memory = memories.pop((self._route, upstream), None) if memories is not None else None
         self._claims.discard(upstream)
         self.end()
         return memory.skip(now) if memory is not None else None
@@ -285,7 +284,9 @@ class Visit:
             memory.prober = None
 
     def _memories(self) -> dict[_Key, _Memory] | None:
-        """The memory to report to, or None when it was forgotten after this visit began."""
+        """The memory to report to, or None when it was forgotten after this visit began
+        (and with it the probes this visit had claimed)."""
         if self._generation != self._outages._generation:
+            self._claims.clear()
             return None
         return self._outages._memory
