@@ -21,7 +21,7 @@ UNREACHABLE, NO_ANSWER, ANSWERED, FATAL = (FailureKind.UNREACHABLE, FailureKind.
 
 def route(*names: str, name: str = "chat", **settings: float) -> Route:
     upstreams = tuple(Upstream(n, None, None, 1, None, ()) for n in names)
-    return Route(name, "openai-chat", upstreams, replace(AttemptSettings(), **settings))  # type: ignore[arg-type]
+    return Route(name, "openai-chat", upstreams, replace(AttemptSettings(), **settings))
 
 
 def tried(visit: Visit) -> list[str]:
@@ -56,7 +56,7 @@ def test_a_stated_delay_makes_later_requests_skip_the_upstream_until_it_has_pass
     later = outages.begin(CHAT, now=31.0)
     assert tried(later) == ["backup"]
     assert passed_over(later) == [("primary", SkipReason.STATED_DELAY, 30.0)]
-    assert later.order.passed_over[0].skip.describe() == "said to wait 60s (429 rate_limit_error); 30.0s left"  # type: ignore[union-attr]
+    assert later.order.passed_over[0].skip.describe() == "said to wait 60s (429 rate_limit_error); 30.0s left"
     # once it has passed, every request goes back to it at once: the upstream said when
     assert tried(outages.begin(CHAT, now=61.0)) == tried(outages.begin(CHAT, now=61.0)) == ["primary", "backup"]
     assert outages.status(now=61.0) == []
@@ -128,7 +128,7 @@ def test_after_unreachable_skip_s_one_request_probes_the_upstream_and_the_others
     assert probe.probes == {"primary"}
     other = outages.begin(CHAT, now=10.5)
     assert tried(other) == ["backup"]
-    assert other.order.passed_over[0].skip.describe() == "cannot be reached (connection refused); a probe is in flight"  # type: ignore[union-attr]
+    assert other.order.passed_over[0].skip.describe() == "cannot be reached (connection refused); a probe is in flight"
     assert probe.succeeded("primary", now=11.0) is not None  # the skip that ended, for a log line
     after = outages.begin(CHAT, now=11.5)
     assert tried(after) == ["primary", "backup"] and not any(c.probe for c in after.order.tried)

@@ -519,3 +519,13 @@ def test_each_memory_and_hedging_setting_states_the_default_it_has_for_the_rules
     """The rules reference is made from the schema's descriptions: the default it states is the one in force."""
     description = Settings.model_fields[name].description or ""
     assert description.endswith(f" Default {getattr(AttemptSettings(), name):g}.")
+
+
+def test_the_outages_docs_rules_load_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "outages.md").read_text()
+    text = docs.split("```yaml\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("BACKUP_API_KEY", "sk-backup")
+    rules = load_rules(write(tmp_path, text))
+    route = rules.routes[0]
+    assert [u.name for u in route.upstreams] == ["openai", "backup"] and rules.warnings == ()
+    assert (route.settings.max_skip_s, route.settings.unreachable_skip_s, route.settings.hedge_after_s) == (300, 30, 0)
