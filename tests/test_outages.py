@@ -200,6 +200,17 @@ def test_a_request_that_finds_it_unreachable_while_another_probes_it_leaves_that
     assert outages.begin(alone, now=24.0).probes == {"primary"}
 
 
+def test_a_probe_ended_by_another_requests_answer_is_no_longer_held() -> None:
+    outages = Outages()
+    alone = route("primary")
+    outages.begin(alone, now=0.0).failed("primary", UNREACHABLE, now=0.0)
+    probe = outages.begin(alone, now=10.0)
+    outages.begin(alone, now=10.5).succeeded("primary", now=11.0)  # tried anyway, and it answered
+    assert probe.probes == frozenset()
+    outages.begin(alone, now=12.0).failed("primary", UNREACHABLE, now=12.0)  # down again
+    assert outages.begin(alone, now=22.0).probes == {"primary"}  # the new skip's probe, not the old holder's
+
+
 def test_unreachable_skip_s_of_zero_remembers_no_unreachable_upstream() -> None:
     outages = Outages()
     off = route("primary", "backup", unreachable_skip_s=0)

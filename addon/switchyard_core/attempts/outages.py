@@ -164,7 +164,6 @@ class Outages:
                 ready.append(Choice(upstream, None))
             elif memory.until <= now and memory.prober is None:
                 memory.prober = visit.id  # lapsed, and nobody is trying it: this request probes it
-                visit._claims.add(upstream.name)
                 ready.append(Choice(upstream, None, probe=True))
             else:
                 skipped.append((memory.until, Choice(upstream, memory.skip(now))))
@@ -216,13 +215,17 @@ class Visit:
         self._route = route.name
         self._settings: AttemptSettings = route.settings
         self._generation = generation
-        self._claims: set[str] = set()
+        self._upstreams = tuple(upstream.name for upstream in route.upstreams)
 
     @property
     def probes(self) -> frozenset[str]:
-        """The upstreams whose probe this request holds and has not settled."""
-        self._memories()
-        return frozenset(self._claims)
+        """The upstreams whose probe this request holds and has not settled.  Read from the
+        memory itself: another request's verdict may have ended the memory meanwhile."""
+        memories = self._memories()
+        if memories is None:
+            return frozenset()
+        return frozenset(name for name in self._upstreams
+                         if (memory := memories.get((self._route, name))) is not None and memory.prober == self.id)
 
     def failed(self, upstream: str, kind: FailureKind, now: float, *,
                retry_after_s: float | None = None, detail: str = "") -> Skip | None:
@@ -235,10 +238,11 @@ class Visit:
             return None
         key = (self._route, upstream)
         memory = self._outages._live(key, now)
-        self._settle(upstream, memory)
+        if memory is not None and memory.prober == self.id:
+            memory.prober = None  # this request's probe has its verdict
         if kind in (FailureKind.UNREACHABLE, FailureKind.NO_ANSWER):
             if self._settings.unreachable_skip_s <= 0:
-                return None
+                return memory.skip(now) if memory is not None else None
             until = now + self._settings.unreachable_skip_s
             if memory is not None and not memory.probed and memory.until >= until:
                 return memory.skip(now)  # it said to wait longer: not cut short for this
@@ -263,30 +267,25 @@ class Visit:
         skip that ended is returned, for a log line); and since nothing is tried after
         output, every other probe this request claimed is let go."""
         memories = self._memories()
-        memory = memories.pop((self._route, upstream), None) if memories is not None else None
-        self._claims.discard(upstream)
+        memory = self._outages._live((self._route, upstream), now) if memories is not None else None
+        if memories is not None and memory is not None:
+            del memories[(self._route, upstream)]
         self.end()
         return memory.skip(now) if memory is not None else None
 
     def end(self) -> None:
         """The request is over: the probes it claimed and did not settle go to the next request."""
         memories = self._memories()
-        for upstream in self._claims:
-            memory = memories.get((self._route, upstream)) if memories is not None else None
+        if memories is None:
+            return
+        for name in self._upstreams:
+            memory = memories.get((self._route, name))
             if memory is not None and memory.prober == self.id:
                 memory.prober = None
-        self._claims.clear()
-
-    def _settle(self, upstream: str, memory: _Memory | None) -> None:
-        """This request's try of `upstream` has its verdict: a claim on its probe is used up."""
-        self._claims.discard(upstream)
-        if memory is not None and memory.prober == self.id:
-            memory.prober = None
 
     def _memories(self) -> dict[_Key, _Memory] | None:
         """The memory to report to, or None when it was forgotten after this visit began
         (and with it the probes this visit had claimed)."""
         if self._generation != self._outages._generation:
-            self._claims.clear()
             return None
         return self._outages._memory
