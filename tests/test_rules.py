@@ -10,7 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from switchyard_core.rules import SHIPPED_RULES, RulesError, load_rules
+from switchyard_core.rules import SHIPPED_RULES, AttemptSettings, RulesError, load_rules
+from switchyard_core.rules.schema import Settings
 
 MINIMAL = """\
 version: 1
@@ -459,3 +460,72 @@ def test_a_prefill_strategy_that_can_never_run_is_warned_about(tmp_path: Path, p
     else:
         assert rules.warnings == (f"{tmp_path / 'rules.yaml'}:3: route 'chat': continue_after_cut's prefill does "
                                   f"nothing here: {warned}",)
+
+
+# --- outage memory and hedging: max_skip_s, unreachable_skip_s, hedge_after_s ------------
+
+MEMORY_SETTINGS = ("max_skip_s", "unreachable_skip_s", "hedge_after_s")
+
+
+def test_outage_memory_and_hedging_settings_default_to_a_capped_memory_and_no_hedge(tmp_path: Path) -> None:
+    settings = load_rules(write(tmp_path, MINIMAL)).routes[0].settings
+    assert (settings.max_skip_s, settings.unreachable_skip_s, settings.hedge_after_s) == (300, 10, 0)
+
+
+def test_outage_memory_and_hedging_settings_are_set_in_defaults_and_a_route_overrides_them(tmp_path: Path) -> None:
+    text = MINIMAL.replace("version: 1", "version: 1\ndefaults: {max_skip_s: 60, unreachable_skip_s: 0, hedge_after_s: 2.5}")
+    text += """\
+  - name: messages
+    match: {path: /v1/messages}
+    max_skip_s: 0
+    unreachable_skip_s: 30
+    hedge_after_s: 0
+    upstreams: [{name: anthropic, url: original}]
+"""
+    chat, messages = load_rules(write(tmp_path, text)).routes
+    assert (chat.settings.max_skip_s, chat.settings.unreachable_skip_s, chat.settings.hedge_after_s) == (60, 0, 2.5)
+    assert (messages.settings.max_skip_s, messages.settings.unreachable_skip_s, messages.settings.hedge_after_s) == (0, 30, 0)
+
+
+@pytest.mark.parametrize("name", MEMORY_SETTINGS)
+@pytest.mark.parametrize("value, problem", [
+    ("-1", "Input should be greater than or equal to 0"),
+    ("-0.5", "Input should be greater than or equal to 0"),
+    ("yes", "a number is needed here, not true"),
+    ("off", "a number is needed here, not false"),
+    ("soon", "Input should be a valid number, unable to parse string as a number"),
+    ("[10]", "Input should be a valid number"),
+])
+def test_a_bad_memory_or_hedging_setting_on_a_route_is_refused_naming_file_line_and_field(
+        tmp_path: Path, name: str, value: str, problem: str) -> None:
+    assert error_of(tmp_path, MINIMAL + f"    {name}: {value}\n") == f"{tmp_path / 'rules.yaml'}:8: routes[0].{name}: {problem}"
+
+
+@pytest.mark.parametrize("name", MEMORY_SETTINGS)
+def test_a_bad_memory_or_hedging_setting_in_defaults_is_refused_naming_file_line_and_field(tmp_path: Path, name: str) -> None:
+    text = MINIMAL.replace("version: 1", f"version: 1\ndefaults:\n  retries: 1\n  {name}: -3")
+    assert error_of(tmp_path, text) == f"{tmp_path / 'rules.yaml'}:4: defaults.{name}: Input should be greater than or equal to 0"
+
+
+@pytest.mark.parametrize("name", MEMORY_SETTINGS)
+def test_a_memory_or_hedging_setting_is_not_an_upstream_key(tmp_path: Path, name: str) -> None:
+    """They are a route's: memory and hedging decide between upstreams, not within one."""
+    message = error_of(tmp_path, MINIMAL.replace("url: original", f"url: original\n        {name}: 5"))
+    assert message.startswith(f"{tmp_path / 'rules.yaml'}:8: routes[0].upstreams[0].{name}: not a known key here")
+
+
+@pytest.mark.parametrize("name", MEMORY_SETTINGS)
+def test_each_memory_and_hedging_setting_states_the_default_it_has_for_the_rules_reference(name: str) -> None:
+    """The rules reference is made from the schema's descriptions: the default it states is the one in force."""
+    description = Settings.model_fields[name].description or ""
+    assert description.endswith(f" Default {getattr(AttemptSettings(), name):g}.")
+
+
+def test_the_outages_docs_rules_load_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "outages.md").read_text()
+    text = docs.split("```yaml\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("BACKUP_API_KEY", "sk-backup")
+    rules = load_rules(write(tmp_path, text))
+    route = rules.routes[0]
+    assert [u.name for u in route.upstreams] == ["openai", "backup"] and rules.warnings == ()
+    assert (route.settings.max_skip_s, route.settings.unreachable_skip_s, route.settings.hedge_after_s) == (300, 30, 0)

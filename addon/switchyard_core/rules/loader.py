@@ -47,6 +47,9 @@ class AttemptSettings:
     rewrite_capacity_codes: bool = True
     retry_on: frozenset[int] = DEFAULT_RETRY_ON
     continue_after_cut: tuple[str, ...] = ()  # strategies, in order; () keeps a cut a clean error
+    max_skip_s: float = 300.0  # the cap on a stated delay later requests honour (attempts/outages.py)
+    unreachable_skip_s: float = 10.0  # later requests skip an unreachable upstream this long; 0 = off
+    hedge_after_s: float = 0.0  # no output by then: the next upstream starts too; 0 = off
 
     def overlay(self, spec: Settings) -> "AttemptSettings":
         """These settings with those `spec` sets (a route's over the defaults)."""

@@ -101,6 +101,19 @@ class Settings(_Strict):
     rewrite_capacity_codes: bool | None = None
     retry_on: list[Status] | None = None
     continue_after_cut: Strategies | None = None  # after a cut or stall: how to finish the answer
+    max_skip_s: Seconds | None = Field(default=None, description=(
+        "The longest later requests skip an upstream because its failure stated a delay (Retry-After, "
+        "retry-after-ms, Gemini's RetryInfo): a longer delay is cut to this. 0: a stated delay is honoured "
+        "only within the request that got it. Default 300."))
+    unreachable_skip_s: Seconds | None = Field(default=None, description=(
+        "How long later requests skip an upstream that could not be reached or did not answer (connection "
+        "refused, a name that does not resolve, a TLS failure, a connect timeout, no response headers within "
+        "headers_timeout_s); after that, one request tries it while the others keep skipping it. "
+        "0 turns this off. Default 10."))
+    hedge_after_s: Seconds | None = Field(default=None, description=(
+        "When an attempt has produced no output after this many seconds, also start the next upstream without "
+        "stopping the first; the first to produce output wins and the other is cancelled (its prompt may "
+        "still be billed). 0 turns hedging off. Default 0."))
 
 
 class Match(_Strict):
