@@ -43,11 +43,12 @@ class OriginalRequest:
 
 
 AttemptOutcome = Literal["pending", "committed", "passed_through", "not_resent", "fatal", "continued", "continuation_failed",
-                         "continuation_broke"] | PlanAction
+                         "continuation_broke", "hedge_lost"] | PlanAction
 """How an attempt ended: still going, its output reached the client (committed), or
 what its failure led to (fatal, or the plan after it: retry, next_upstream, give_up).
 A continuation of a cut answer ends continued, continuation_failed (nothing of it
-reached the client) or continuation_broke (some of its text did)."""
+reached the client) or continuation_broke (some of its text did).  Of two attempts
+hedged against each other, the one that did not produce output first ends hedge_lost."""
 
 Phase = Literal["connect", "headers", "staging", "body", "output", "forwarded"]
 """How far an attempt got: no answer yet; the answer's head arrived; a stream held
@@ -81,6 +82,7 @@ class AttemptRecord:
     duration_s: float | None = None
     fault: str | None = None  # the injected fault, if this attempt's failure was made on purpose
     continuation: str | None = None  # prefill | regenerate: this attempt finishes a cut answer
+    hedge: bool = False  # started beside a slow attempt (hedge_after_s), not after a failure
     # for the attempt's own flow in mitmweb (not in metadata): what was sent and what came back
     request_headers: tuple[tuple[str, str], ...] = ()
     secret_headers: frozenset[str] = frozenset()  # names in request_headers never to show
@@ -91,7 +93,7 @@ class AttemptRecord:
                 for name, value in self.request_headers]
 
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
-               "event_type", "request_id", "duration_s", "fault", "continuation")
+               "event_type", "request_id", "duration_s", "fault", "continuation", "hedge")
 
     def request_sent(self, sent: bool) -> None:
         """The request is on a connection (or, False, going to a fresh one): a failure
@@ -151,6 +153,10 @@ class AttemptRecord:
         self.message = message
         self._finish("continuation_broke" if progressed else "continuation_failed")
 
+    def lost_hedge(self) -> None:
+        """Another attempt produced output first: this one was stopped, nothing of it sent."""
+        self._finish("hedge_lost")
+
     def kept(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         """The failed answer, shown with the attempt's own flow in mitmweb."""
         self.answer = (status, headers, body)
@@ -177,3 +183,6 @@ class Exchange:
     answered_url: str | None = None
     suppressed_failover: bool = False
     outcome: ExchangeOutcome = "pending"
+    # upstreams this request did not ask because an earlier one learnt they are out
+    # (attempts/outages.py): each "upstream: why; how long left"
+    skipped: list[str] = field(default_factory=list)

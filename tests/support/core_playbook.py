@@ -8,8 +8,11 @@ import json
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from multidict import CIMultiDict, CIMultiDictProxy
+
 from switchyard_core.attempts.commands import Command, Open
 from switchyard_core.attempts.machine import ExchangeMachine
+from switchyard_core.attempts.outages import Outages
 from switchyard_core.attempts.turn_context import TurnContext
 from switchyard_core.exchange import Exchange, OriginalRequest
 from switchyard_core.faults import FaultPlan
@@ -43,7 +46,8 @@ class Play:
     """One exchange of the core; `now` moves only when the test says so."""
 
     def __init__(self, *upstreams: Upstream, api: str = "openai-chat", stream: bool = True,
-                 turn: TurnContext | None = None, faults: FaultPlan | None = None, **settings: object) -> None:
+                 turn: TurnContext | None = None, faults: FaultPlan | None = None, outages: Outages | None = None,
+                 start_at: float = 0.0, **settings: object) -> None:
         options: dict[str, object] = {"backoff_ms": 100, "pre_answer_keepalive_s": 0, **settings}
         self.route = Route(name="r", api=api, upstreams=tuple(upstreams),
                            settings=AttemptSettings(**options))  # type: ignore[arg-type]
@@ -52,8 +56,8 @@ class Play:
                                           (("Content-Type", "application/json"),), json.dumps(body).encode(), body)
         self.exchange = Exchange(self.route, self.request)
         self.sink = RecordingSink()
-        self.machine = ExchangeMachine(self.exchange, self.sink, faults=faults, turn=turn)
-        self.now = 1000.0
+        self.machine = ExchangeMachine(self.exchange, self.sink, faults=faults, turn=turn, outages=outages)
+        self.now = 1000.0 + start_at
 
     def at(self, seconds: float) -> "Play":
         """`seconds` after the exchange began."""
@@ -64,7 +68,8 @@ class Play:
         return self.machine.start(self.now)
 
     def opened(self, number: int, status: int = 200, headers: dict[str, str] | None = None) -> list[Command]:
-        return self.machine.opened(number, status, SSE if headers is None else headers, self.now)
+        return self.machine.opened(number, status, CIMultiDictProxy(CIMultiDict(SSE if headers is None else headers)),
+                                   self.now)
 
     def data(self, number: int, *frames: bytes) -> list[Command]:
         return self.machine.data(number, b"".join(frames), self.now)

@@ -125,8 +125,10 @@ def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) ->
         "answered_by": exchange.answered_by,
         "attempts": attempts,
         "suppressed_failover": exchange.suppressed_failover,
+        **({"skipped": list(exchange.skipped)} if exchange.skipped else {}),
     }
-    failed = [r for r in exchange.attempts if r.outcome not in ("committed", "pending") and not r.continuation]
+    failed = [r for r in exchange.attempts
+              if r.outcome not in ("committed", "pending", "hedge_lost") and not r.continuation]
     if failed:
         counters["failed_attempts"] += len(failed)
         first = failed[0]
@@ -150,7 +152,26 @@ def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) ->
             note = f"{last.upstream}: {what or 'a failure'} after output: forwarded, never replayed"
             flow.comment = f"{flow.comment}; then {note}" if flow.comment else note
     _continuations(flow, exchange, counters)
+    hedges = [r for r in exchange.attempts if r.hedge]
+    if hedges:
+        counters["hedged"] += 1
+        won = any(r.outcome == "committed" for r in hedges)
+        counters["hedges_won"] += won
+        lost = next((r for r in exchange.attempts if r.outcome == "hedge_lost"), None)
+        note = (f"hedged: {hedges[0].upstream} asked beside the slow {_slow(exchange)}"
+                + (f"; {lost.upstream} lost" if lost else ""))
+        flow.comment = f"{flow.comment}; {note}" if flow.comment else note
+    if exchange.skipped:
+        counters["skipped"] += len(exchange.skipped)
+        note = "skipped " + "; ".join(exchange.skipped)
+        flow.comment = f"{note}; {flow.comment}" if flow.comment else note
     counters["attempts"] += len(exchange.attempts)
+
+
+def _slow(exchange: Exchange) -> str:
+    first = next((r for r in exchange.attempts if r.hedge), None)
+    before = [r for r in exchange.attempts if first is not None and r.attempt < first.attempt]
+    return before[-1].upstream if before else "attempt"
 
 
 def _continuations(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) -> None:

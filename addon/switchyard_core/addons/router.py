@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from typing import Any, NamedTuple
 
@@ -230,7 +231,7 @@ class Router:
         # HTTP/1 only: a client that leaves closes its connection, which mitmproxy
         # acts on even while a hook waits (an HTTP/2 stream reset is queued)
         ticket = relay.register(
-            route, original, self.keeper.faults,
+            route, original, self.keeper.faults, outages=self.keeper.outages,
             provisional_head=request.http_version.startswith("HTTP/1") and not websocket,
             websocket=websocket, upstream_proxy=_proxy_of(server),
             mitmproxy_streams=(lambda: relay_streams(flow)) if self._direct and self._reader_reachable
@@ -350,9 +351,11 @@ class Router:
             lines.append(f"warning: {warning}")
         if self.keeper.faults is not None:
             lines.extend(f"fault: {line}" for line in self.keeper.faults.describe())
+        lines.extend(f"skipped: {line}" for line in self.keeper.outages.status(time.monotonic()))
         counts = ", ".join(f"{k}={self.counters[k]}" for k in ("routed", "attempts", "failed_attempts", "retries_answered",
                                                              "fallbacks", "suppressed_failovers",
-                                                             "continued_after_cut", "continuations_failed"))
+                                                             "continued_after_cut", "continuations_failed",
+                                                             "skipped", "hedged", "hedges_won"))
         lines.append(f"counters: {counts}")
         if self.relay is not None:
             relay = self.relay

@@ -14,6 +14,7 @@ from pathlib import Path
 from mitmproxy import addonmanager, command, ctx, exceptions
 
 from .. import observe
+from ..attempts.outages import Outages
 from ..faults import FaultPlan
 from ..rules import SHIPPED_RULES, Rules, RulesError, default_rules_path, load_rules
 
@@ -24,6 +25,9 @@ class RulesKeeper:
     def __init__(self) -> None:
         self.rules: Rules | None = None
         self.faults: FaultPlan | None = None  # counts restart with each new set of rules
+        # what requests learnt of upstreams' outages: each set of rules starts with none
+        # (what runs on the old rules, a WebSocket's turns, reports to the old memory)
+        self.outages = Outages()
         self._mtime: float | None = None
         self._watcher: asyncio.Task[None] | None = None
 
@@ -111,6 +115,7 @@ class RulesKeeper:
             # what is in flight on the old rules (a WebSocket's turns) fails no more, but for faults still in the file
             self.faults.retire(rules.faults)
         self.faults = FaultPlan(rules.faults) if rules.faults else None
+        self.outages = Outages()
         self._mtime = self._current_mtime()
         for warning in rules.warnings:
             observe.emit(logging.WARNING, "switchyard.rules_warning", warning=warning)

@@ -19,13 +19,14 @@ from ..apis import Api, Classification, ErrorInfo
 from ..exchange import AttemptRecord, Exchange
 from ..gate import GateStep
 from ..rules import AttemptSettings, Route, Upstream
-from ..upstreams.messages import transport_failure
+from ..upstreams.messages import transport_failure, unreachable
 from ..ws_items import Closed
 from .client_stream import ClientStream
 from .commands import Command, Open
 from .deadlines import Deadlines
 from .endings import Endings
 from .log import AttemptLog
+from .outages import FailureKind
 from .policy import UpstreamTry
 from .turn_context import TurnContext
 
@@ -49,11 +50,13 @@ class Core(Protocol):
         ...
 
     def failed(self, attempt: "Attempt", info: ErrorInfo, now: float, *, timed_out: bool = False,
-               headers: Mapping[str, str] | None = None, forward: Callable[[], None] | None = None) -> None:
+               headers: Mapping[str, str] | None = None, forward: Callable[[], None] | None = None,
+               kind: FailureKind | None = None) -> None:
         """A failure before output: judged, logged, and acted on: the same upstream
         again, the next one, or the exchange's end.  At the end, `forward` (if the
         attempt has an answer to forward) gives the client the failure as it was sent;
-        else every upstream is exhausted."""
+        else every upstream is exhausted.  `kind`: what the outage memory hears, where
+        it is not an answer's failure (no connection, no head)."""
         ...
 
     def output(self, attempt: "Attempt", step: GateStep) -> None:
@@ -130,11 +133,16 @@ class Attempt:
     def open_failed(self, core: Core, why: str, error: BaseException | None, now: float) -> None:
         """No head came: a connection not made in time, no head in time, or a transport failure."""
         if why == "connect_timeout":
-            core.failed(self, self.deadlines.no_connection(), now, timed_out=True)
+            core.failed(self, self.deadlines.no_connection(), now, timed_out=True, kind=FailureKind.UNREACHABLE)
         elif why == "head_timeout":
-            core.failed(self, self.head_timeout(core), now, timed_out=True)
+            core.failed(self, self.head_timeout(core), now, timed_out=True, kind=FailureKind.NO_ANSWER)
         else:
-            core.failed(self, transport_failure(error or ConnectionError()), now)
+            broke = error or ConnectionError()
+            kind = FailureKind.UNREACHABLE if unreachable(broke) else FailureKind.ANSWERED
+            core.failed(self, transport_failure(broke), now, kind=kind)
+
+    def lose(self) -> None:
+        """Another attempt hedged against it produced output first: it is stopped."""
 
     def head_timeout(self, core: Core) -> ErrorInfo:
         return self.deadlines.no_head()

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from .. import observe
-from ..apis import APIS, ErrorInfo, ErrorPolicy
+from ..apis import APIS, Decision, ErrorInfo, ErrorPolicy
 from ..exchange import AttemptRecord, Exchange
 from ..faults import FaultPlan
 from ..gate import GateStep
@@ -34,8 +34,10 @@ from .continuing import Continuing
 from .deadlines import Deadlines
 from .endings import Endings
 from .log import AttemptLog
-from .policy import UpstreamTry, first_try, judge, next_try
+from .outages import FailureKind, Outages
+from .policy import UpstreamTry, judge
 from .socket_turn import SocketAttempt, warm_up_here
+from .tries import Tries
 from .turn_context import TurnContext
 
 
@@ -43,7 +45,7 @@ class ExchangeMachine:
     """One exchange's attempts, from the first upstream's to its ending."""
 
     def __init__(self, exchange: Exchange, sink: ClientSink, *, faults: FaultPlan | None = None,
-                 turn: TurnContext | None = None) -> None:
+                 turn: TurnContext | None = None, outages: Outages | None = None) -> None:
         self.exchange = exchange
         self.route = exchange.route
         self.settings = exchange.route.settings
@@ -54,7 +56,8 @@ class ExchangeMachine:
         self.end = Endings(exchange, self.client, self.log)
         self.faults = faults
         self.turn = turn
-        self.upstreams: Sequence[Upstream] = turn.upstreams if turn is not None else self.route.upstreams
+        self.outages = outages
+        self.tries = Tries(self.route.name, turn.upstreams if turn is not None else self.route.upstreams)
         self.continuing = Continuing(self) if self.settings.continue_after_cut and exchange.request.wants_stream \
             else None
         if self.continuing is not None:
@@ -63,6 +66,9 @@ class ExchangeMachine:
         self._live: dict[int, Attempt] = {}
         self._outbox: list[Command] = []
         self._after_backoff: UpstreamTry | None = None
+        self._hedge_s = self.settings.hedge_after_s
+        self._hedged_from: int | None = None  # the attempt the hedge timer runs for
+        self._committed = False
         self._keepalive_s = self.settings.pre_answer_keepalive_s \
             if exchange.request.wants_stream and turn is None else 0.0
         if turn is not None:
@@ -71,9 +77,13 @@ class ExchangeMachine:
     # --- events -------------------------------------------------------------------------
 
     def start(self, now: float) -> list[Command]:
+        turn = self.turn
+        self.tries = Tries.of(self.outages, self.route, self.tries.upstreams, now,
+                              remember=turn is None or turn.resendable, context=self.log.context)
+        self.exchange.skipped = self.tries.skipped
         if self._keepalive_s > 0:
             self.out(Timer("keepalive", now + self._keepalive_s))
-        self._open(first_try(self.upstreams), now)
+        self._open(self.tries.first(), now)
         return self._take()
 
     def attempt(self, number: int) -> Attempt | None:
@@ -154,6 +164,8 @@ class ExchangeMachine:
         elif name == "backoff" and self._after_backoff is not None:
             step, self._after_backoff = self._after_backoff, None
             self._open(step, now)
+        elif name == "hedge":
+            self._hedge(now)
         return self._take()
 
     def client_gone(self) -> list[Command]:
@@ -176,19 +188,26 @@ class ExchangeMachine:
         self._outbox.extend(commands)
 
     def failed(self, attempt: Attempt, info: ErrorInfo, now: float, *, timed_out: bool = False,
-               headers: Mapping[str, str] | None = None, forward: Callable[[], None] | None = None) -> None:
+               headers: Mapping[str, str] | None = None, forward: Callable[[], None] | None = None,
+               kind: FailureKind | None = None) -> None:
         verdict = judge(info, attempt.step, self.settings, self.policy, timed_out=timed_out, headers=headers)
         plan = verdict.plan
         self.log.failed(attempt.record, info, verdict.outcome, plan.delay_s if plan.action == "retry" else None)
+        self.tries.failed(attempt.upstream.name, info, verdict.decision, kind, headers, now)
+        if len(self._live) > 1 and verdict.decision is not Decision.FATAL:
+            self._drop(attempt)  # the attempt hedged against it carries on
+            return
         if plan.action == "give_up" and forward is not None:
+            for other in [a for a in self._live.values() if a is not attempt]:
+                self._lost(other)
             forward()  # the attempt goes on, passing the rest as it comes (or it finished the exchange)
             return
         self._drop(attempt)
-        step = next_try(self.upstreams, attempt.step, plan)
+        step = self.tries.after(attempt.step, plan)
         if step is None:
             self.end.exhausted(info.message, timed_out)
             self.finish()
-        elif plan.action == "retry":
+        elif plan.action == "retry" and step.index == attempt.step.index:
             self._after_backoff = step
             self.out(Timer("backoff", now + plan.delay_s))
         else:
@@ -203,7 +222,15 @@ class ExchangeMachine:
             self.client.write(step.emit)
 
     def commit(self, attempt: Attempt, first_event: str) -> None:
-        """The first output: this attempt's answer is the client's from now on."""
+        """The first output: this attempt's answer is the client's from now on (one
+        hedged against it is stopped before any of its bytes reach the client)."""
+        self._committed = True
+        for other in [a for a in self._live.values() if a is not attempt]:
+            self._lost(other)
+        if self._hedged_from is not None:
+            self._hedged_from = None
+            self.out(Timer("hedge", None))
+        self.tries.succeeded(attempt.upstream.name, attempt.record.started)
         self.end.committed(attempt.record, first_event)
         if self.turn is not None:
             self.turn.committed(first_event)
@@ -255,6 +282,28 @@ class ExchangeMachine:
     def _drop(self, attempt: Attempt) -> None:
         if self._live.pop(attempt.number, None) is not None:
             self.out(Stop(attempt.number, drop=attempt.drops_on_stop))
+        if self._hedged_from == attempt.number:
+            self._hedged_from = None
+            self.out(Timer("hedge", None))
+
+    def _lost(self, attempt: Attempt) -> None:
+        """Of two attempts hedged against each other, the other produced output first."""
+        attempt.lose()
+        attempt.record.lost_hedge()
+        observe.emit(logging.INFO, "switchyard.hedge_lost", route=self.route.name, upstream=attempt.upstream.name,
+                     attempt=attempt.number, **self.log.context)
+        self._drop(attempt)
+
+    def _hedge(self, now: float) -> None:
+        """The attempt the timer ran for has produced no output yet: the next upstream is asked beside it."""
+        slow = self._live.get(self._hedged_from) if self._hedged_from is not None else None
+        self._hedged_from = None
+        step = self.tries.hedge()
+        if slow is None or self._committed or len(self._live) != 1 or step is None:
+            return
+        observe.emit(logging.INFO, "switchyard.hedged", route=self.route.name, upstream=slow.upstream.name,
+                     attempt=slow.number, also=step.upstream.name, after_s=self._hedge_s, **self.log.context)
+        self._open(step, now, hedge=True)
 
     def _finish(self, *, release: bool) -> None:
         if self.done:
@@ -264,7 +313,8 @@ class ExchangeMachine:
             self.client.release()
         for attempt in list(self._live.values()):
             self._drop(attempt)
-        self.out(Timer("keepalive", None), Timer("backoff", None), Finished())
+        self.tries.end()
+        self.out(Timer("keepalive", None), Timer("backoff", None), Timer("hedge", None), Finished())
 
     def _fault(self, attempt: Attempt) -> bool:
         """This attempt's fault, if one is due: one pick per attempt, once its upstream
@@ -280,7 +330,7 @@ class ExchangeMachine:
         self.out(Inject(record.attempt, fault))
         return True
 
-    def _open(self, step: UpstreamTry, now: float, *, over_http: bool = False) -> None:
+    def _open(self, step: UpstreamTry, now: float, *, over_http: bool = False, hedge: bool = False) -> None:
         upstream = step.upstream
         original = self.exchange.request
         turn = self.turn
@@ -292,7 +342,8 @@ class ExchangeMachine:
         url = display_url(original, upstream, None if socket else self.api.name)
         record = AttemptRecord(attempt=len(self.exchange.attempts) + 1, upstream=upstream.name,
                                url=websocket_url(url) if socket else url, started=now,
-                               request_headers=request.headers, secret_headers=secret_header_names(upstream))
+                               request_headers=request.headers, secret_headers=secret_header_names(upstream),
+                               hedge=hedge)
         self.exchange.attempts.append(record)
         self.client.attempts = len(self.exchange.attempts)
         deadlines = Deadlines.of(self.settings, streams=original.wants_stream, started=now)
@@ -308,11 +359,15 @@ class ExchangeMachine:
             command = Open(record.attempt, request, "http", deadlines.connect,
                            now + deadlines.head if deadlines.head else None)
         self._live[record.attempt] = attempt
+        self.tries.opened(step)
         self.out(command)
+        if self._hedge_s > 0 and len(self._live) == 1 and self.tries.hedge() is not None:
+            self._hedged_from = record.attempt
+            self.out(Timer("hedge", now + self._hedge_s))
 
     def reopen_over_http(self, attempt: Attempt, now: float) -> None:
         """A WebSocket upgrade refused by an upstream that speaks HTTP: the same try,
         over HTTP; the refused upgrade was no attempt of the turn."""
         self._live.pop(attempt.number, None)
         self.exchange.attempts.remove(attempt.record)
-        self._open(attempt.step, now, over_http=True)
+        self._open(attempt.step, now, over_http=True, hedge=attempt.record.hedge)

@@ -56,6 +56,9 @@ class SocketAttempt(Attempt):
     def drops_on_stop(self) -> bool:
         return self.drop_socket
 
+    def lose(self) -> None:
+        self.drop_socket = True  # what it sends from now on must reach nobody
+
     def _turn(self) -> TurnContext:
         assert self.turn is not None
         return self.turn

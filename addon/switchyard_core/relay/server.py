@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import observe
 from ..attempts import Driver, ExchangeMachine, HeldSink
+from ..attempts.outages import Outages
 from ..exchange import Exchange, OriginalRequest
 from ..faults import FaultPlan
 from ..rules import Route
@@ -79,7 +80,7 @@ class Relay:
         return client
 
     def register(self, route: Route, request: OriginalRequest, faults: FaultPlan | None = None, *,
-                 provisional_head: bool = False, websocket: bool = False, upstream_proxy: str | None = None,
+                 outages: Outages | None = None, provisional_head: bool = False, websocket: bool = False, upstream_proxy: str | None = None,
                  mitmproxy_streams: MitmproxyStreams | None = None, story: dict[str, Any] | None = None) -> Ticket:
         """An exchange the relay will serve once, for the holder of its token.  An HTTP
         exchange's first attempt is sent now, from its driver: the upstream starts on it
@@ -92,11 +93,11 @@ class Relay:
         above).  Only where a client that leaves closes its connection: while the
         Router's hook waits, mitmproxy queues the flow's events, and an HTTP/2
         stream reset would wait with them while the upstream went on."""
-        ticket = Ticket(secrets.token_urlsafe(18), Exchange(route, request), faults, upstream_proxy, websocket,
-                        provisional_head, mitmproxy_streams, story)
+        ticket = Ticket(secrets.token_urlsafe(18), Exchange(route, request), faults, outages, upstream_proxy,
+                        websocket, provisional_head, mitmproxy_streams, story)
         self._pending[ticket.token] = ticket
         if not websocket:
-            machine = ExchangeMachine(ticket.exchange, HeldSink(), faults=faults)
+            machine = ExchangeMachine(ticket.exchange, HeldSink(), faults=faults, outages=outages)
             ticket.driver = Driver(machine, self.client_via(upstream_proxy))
             ticket.driver.start()
         return ticket

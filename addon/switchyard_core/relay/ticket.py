@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..attempts.driver import Driver
+from ..attempts.outages import Outages
 from ..exchange import Exchange
 from ..faults import FaultPlan
 
@@ -39,6 +40,7 @@ class Ticket:
     token: str
     exchange: Exchange
     faults: FaultPlan | None = None
+    outages: Outages | None = None  # what the rules it was routed on learnt of upstreams' outages
     upstream_proxy: str | None = None  # the upstream-mode proxy the flow's listener sends through, if any
     websocket: bool = False  # a WebSocket handshake: the relay terminates it (relay/websocket_session.py)
     # the relay may answer mitmproxy with a provisional head before the real one is known

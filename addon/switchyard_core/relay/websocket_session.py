@@ -265,7 +265,8 @@ class WebSocketSession:
                                      as_http_body(folded), {"stream": True}, self.exchange.request.address)
         exchange = Exchange(self.route, request)
         rewrite = not resendable and self.route.settings.rewrite_capacity_codes
-        machine = ExchangeMachine(exchange, TurnSink(self, rewrite), faults=self.ticket.faults, turn=turn)
+        machine = ExchangeMachine(exchange, TurnSink(self, rewrite), faults=self.ticket.faults, turn=turn,
+                                  outages=self.ticket.outages)
         self.sockets.answered = None
         self.counters["websocket_turns"] += 1
         try:

@@ -305,6 +305,14 @@ async def read_bounded(answer: Answer, limit: int, timeout_s: float | None) -> t
     return b"".join(chunks)[:limit], complete
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Whether a transport failure says the upstream cannot be reached at all (refused, a
+    name that does not resolve, unreachable, TLS), rather than that it broke off an answer."""
+    if isinstance(exc, ConnectionResetError | BrokenPipeError | ConnectionBroke):
+        return False
+    return isinstance(exc, OSError)
+
+
 def transport_failure(exc: BaseException) -> ErrorInfo:
     """A transport failure, described without anything from the request.
 
