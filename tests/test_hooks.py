@@ -122,7 +122,7 @@ async def test_only_http1_flows_get_a_provisional_head(rules_file: Path, http_ve
         flow = chat_flow()
         flow.request.http_version = http_version
         await router.route(flow)
-        assert router._live[flow.id].provisional_head is provisional
+        assert router._live[flow.id].ticket.provisional_head is provisional
         router.done()
 
 
@@ -551,7 +551,7 @@ async def test_an_intercepted_flow_is_routed_once_resumed_as_edited_and_a_killed
         async with asyncio.timeout(5):
             await asyncio.gather(*waiting)
         assert edited.request.host == "127.0.0.1" and TOKEN_HEADER in edited.request.headers
-        exchange = router._live[edited.id]
+        exchange = router._live[edited.id].ticket.exchange
         assert json.loads(exchange.request.body)["model"] == "gpt-4o-edited"
         assert killed.request.host == "api.openai.com" and TOKEN_HEADER not in killed.request.headers
         assert killed.id not in router._live
@@ -658,7 +658,7 @@ async def test_without_mitmproxys_readers_answers_go_through_the_socket_and_one_
         assert "streaming_note=active log_hook_filter=active" in lines[0]
         flow = chat_flow()
         await router.route(flow)
-        assert router._live[flow.id].mitmproxy_streams is None
+        assert router._live[flow.id].ticket.mitmproxy_streams is None
         router.done()
 
 
