@@ -10,11 +10,12 @@ Switchyard's, before any output.
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from tests.support import wire
-from tests.support.client_bed import ClientBed, client_bed, bed  # noqa: F401  (fixtures)
+from tests.support.client_bed import ClientBed, client_bed, bed, client_bed_for  # noqa: F401  (fixtures)
 from tests.support.agents import agent_binary
-from tests.support.fake_provider import failing_reply
+from tests.support.fake_provider import Reply, failing_reply
 
 API_KEY = "sk-ant-claude-test-key"
 PERSISTENT = 12  # more overloads than Claude Code's own tries
@@ -101,3 +102,25 @@ def test_claude_code_honours_https_proxy(bed: ClientBed) -> None:
     answered(done, "primary")
     assert len(bed.api_posts("primary")) == 2
     bed.mitm.wait_for_log("switchyard.retry_answered route=proxy-messages upstream=primary attempt=2", mark)
+
+
+def test_a_primary_that_said_to_wait_is_asked_once_and_later_prompts_go_straight_to_the_backup(tmp_path: Path) -> None:
+    """Anthropic's 429 `rate_limit_error` with a Retry-After: the first prompt falls back
+    to the backup; the next prompts skip the primary until the delay has passed
+    (outage memory), each costing no failed attempt.  A bed of its own: the memory
+    must not reach the other tests."""
+    beds = client_bed_for(tmp_path)
+    own = next(beds)
+    try:
+        limited = Reply.json(429, wire.error_body("anthropic-messages", 429, "Number of requests has exceeded your rate limit"),
+                             headers={"retry-after": "60"})
+        own.provider.script("primary", *[limited] * 5)
+        mark = own.mitm.log_mark()
+        for prompt in range(3):
+            answered(run_claude(own, own.through_switchyard(), f"limited-{prompt}"), "backup")
+        assert len(own.api_posts("primary")) == 1 and len(own.api_posts("backup")) == 3
+        log = own.mitm.wait_for_log("switchyard.skipped route=reverse-messages upstream=primary", mark)
+        assert log.count("switchyard.skipped route=reverse-messages upstream=primary") == 2
+        assert log.count("switchyard.attempt_failed") == 1
+    finally:
+        beds.close()

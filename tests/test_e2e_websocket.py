@@ -75,6 +75,12 @@ routes:
     upstreams:
       - {{name: primary, url: original, retries: 0}}
       - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
+  - name: responses-ws-hedge
+    match: {{path: /hedge/v1/responses}}
+    hedge_after_s: 0.4
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
+      - {{name: backup, url: "{backup}", auth: {{header: Authorization, value: "Bearer sk-backup-key"}}}}
   - name: responses-ws
     match: {{path: /v1/responses}}
     upstreams:
@@ -409,6 +415,28 @@ async def test_a_turns_first_output_is_due_from_its_start_whatever_the_upstream_
     for part in ("route=responses-ws-busy", "upstream=primary", "event=timeout", "decision=next_upstream",
                  'message="no output within 2s"'):
         assert part in line, line
+
+
+async def test_a_slow_turn_is_hedged_on_the_backups_socket_and_the_next_turn_stays_there(
+        upstream: WsProvider, backup: WsProvider, ws_mitm: Mitmdump) -> None:
+    """hedge_after_s on a WebSocket turn: the backup is asked over its own socket beside
+    the slow primary's; the backup's first output wins, the primary's socket goes
+    (nothing of it reaches the client), and the next turn goes to the backup."""
+    slow = answer_turn("resp_slow", text="SLOW PRIMARY")
+    upstream.script(slow[:1] + [3.0] + slow[1:])
+    good, second = answer_turn("resp_hedge", text="FROM BACKUP"), answer_turn("resp_next", text="NEXT")
+    backup.script(good, second)
+    mark = ws_mitm.log_mark()
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(upstream.proxied_url_under("hedge"), proxy=ws_mitm.proxy_url) as ws:
+            await ws.send_str(create("one"))
+            assert await receive_turn(ws) == good
+            await ws.send_str(create("two", previous_response_id="resp_hedge"))
+            assert await receive_turn(ws) == second
+            await assert_nothing_more(ws, wait=1.0)  # the slow answer never comes
+    assert len(upstream.creates) == 1 and len(backup.creates) == 2 and backup.connections == 1
+    log = ws_mitm.wait_for_log("switchyard.hedge_lost", mark)
+    assert "switchyard.hedged route=responses-ws-hedge upstream=primary attempt=1 also=backup" in log
 
 
 async def test_a_session_asks_the_upstream_nothing_but_the_upgrade_and_its_turns(

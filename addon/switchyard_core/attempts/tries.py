@@ -81,9 +81,12 @@ class Tries:
         stated = retry_after_s(headers)
         if stated is None:
             stated = info.retry_after_s
-        detail = " ".join(str(part) for part in (info.status, info.code or info.type) if part)
-        skip = self.visit.failed(upstream, kind or FailureKind.of_answer(decision), now, retry_after_s=stated,
-                                 detail=detail or (info.event_type or ""))
+        kind = kind or FailureKind.of_answer(decision)
+        if kind in (FailureKind.UNREACHABLE, FailureKind.NO_ANSWER):
+            detail = info.message  # Switchyard's own words (no upstream said anything)
+        else:  # what the upstream said, by status and code only: never its message
+            detail = " ".join(str(part) for part in (info.status, info.code or info.type) if part)
+        skip = self.visit.failed(upstream, kind, now, retry_after_s=stated, detail=detail or (info.event_type or ""))
         if skip is not None and not skip.probing:
             observe.emit(logging.INFO, "switchyard.remembered", route=self.route, upstream=upstream, why=skip.why,
                          skip_s=round(skip.left_s, 1))
