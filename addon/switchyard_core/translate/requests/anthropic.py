@@ -157,6 +157,9 @@ def encode(request: Request, *, model: str, stream: bool) -> tuple[dict[str, Any
         if blocks:
             messages.append({"role": turn.role, "content": blocks})
     _trim_prefill(messages)
+    for message in messages:  # a lone text block as the plain string clients write
+        if len(message["content"]) == 1 and message["content"][0]["type"] == "text":
+            message["content"] = message["content"][0]["text"]
     body: dict[str, Any] = {"model": model, "messages": messages,
                             "max_tokens": request.max_tokens if request.max_tokens is not None
                             else ANTHROPIC_DEFAULT_MAX_TOKENS}
@@ -172,7 +175,7 @@ def encode(request: Request, *, model: str, stream: bool) -> tuple[dict[str, Any
             choice["disable_parallel_tool_use"] = True
         if request.tool_choice or len(choice) > 1:
             body["tool_choice"] = choice
-    _sampling(request, body, left_out)
+    _sampling(request, left_out)
     if request.stop:
         body["stop_sequences"] = list(request.stop)
     for key in ("seed", "presence_penalty", "frequency_penalty"):
@@ -189,20 +192,13 @@ def encode(request: Request, *, model: str, stream: bool) -> tuple[dict[str, Any
     return body, left_out
 
 
-def _sampling(request: Request, body: dict[str, Any], left_out: list[str]) -> None:
-    """Temperature within Anthropic's range, and `top_p` only without it: Claude
-    models refuse the two together."""
-    if request.temperature is not None:
-        body["temperature"] = min(request.temperature, 1.0)
-        if request.temperature > 1.0:
-            left_out.append(f"`temperature` above 1: sent as 1, the highest {API} takes")
-    if request.top_p is not None:
-        if request.temperature is None:
-            body["top_p"] = request.top_p
-        else:
-            left_out.append(f"`top_p` beside `temperature`: {API} refuses the two together")
-    if request.top_k is not None:
-        body["top_k"] = request.top_k
+def _sampling(request: Request, left_out: list[str]) -> None:
+    """Sampling options are left out: Anthropic's own SDK no longer sends them and its
+    newer models refuse them (400), which would end the fallback it was asked for
+    (docs/translation.md, "Requests")."""
+    for key in ("temperature", "top_p", "top_k"):
+        if getattr(request, key) is not None:
+            left_out.append(f"`{key}`: {API}'s newer models refuse sampling options")
 
 
 def _trim_prefill(messages: list[dict[str, Any]]) -> None:
