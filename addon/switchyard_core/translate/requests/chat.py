@@ -233,6 +233,9 @@ def chat_id(call_id: str) -> str:
 
 
 def _assistant_message(turn: Message) -> list[dict[str, Any]]:
+    media = next((p for p in turn.parts if isinstance(p, Media)), None)
+    if media is not None:
+        raise refuse_media(media, API, "it takes media only from the user")
     message: dict[str, Any] = {"role": "assistant"}
     text = text_of(turn.parts)
     calls = [p for p in turn.parts if isinstance(p, ToolCall)]

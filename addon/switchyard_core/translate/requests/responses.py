@@ -168,6 +168,9 @@ def encode(request: Request, *, model: str, stream: bool) -> tuple[dict[str, Any
     items: list[dict[str, Any]] = []
     for turn in request.messages:
         # a user turn's results come before its message; an assistant's text before its calls
+        media = next((p for p in turn.parts if isinstance(p, Media)), None)
+        if turn.role == "assistant" and media is not None:
+            raise refuse_media(media, API, "it takes media only from the user")
         content = [_content_param(p) for p in turn.parts if isinstance(p, (Text, Media))]
         message = [_message(turn.role, content)] if content else []
         calls = [_call_item(p, freeform) for p in turn.parts if isinstance(p, ToolCall)]
