@@ -150,7 +150,7 @@ def _tool_choice(choice: Mapping[str, Any]) -> ToolChoice | None:
 def encode(request: Request, *, model: str, stream: bool) -> tuple[dict[str, Any], list[str]]:
     left_out: list[str] = []
     freeform = {t.name for t in request.tools if t.freeform}
-    messages = []
+    messages: list[dict[str, Any]] = []
     for turn in merged_turns(request.messages):
         parts = results_first(turn.parts) if turn.role == "user" else turn.parts
         blocks = [b for b in (_block(p, left_out) for p in parts) if b is not None]
