@@ -41,23 +41,31 @@ WEATHER_SCHEMA: dict[str, Any] = {
 
 
 @functools.cache
-def _strict_sdk_types() -> None:
-    """Every request TypedDict of the openai and anthropic SDKs, made to refuse keys
-    they do not declare (pydantic otherwise ignores them)."""
+def _sdk_request_types() -> tuple[type, ...]:
+    """Every request TypedDict of the openai and anthropic SDKs."""
+    found = []
     for package in (openai.types, anthropic.types):
         for module_info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             if not module_info.name.endswith(("_param", "_params")):
                 continue
             module = importlib.import_module(module_info.name)
-            for value in vars(module).values():
-                if isinstance(value, type) and is_typeddict(value) and value.__module__ == module.__name__:
-                    value.__pydantic_config__ = ConfigDict(extra="forbid", arbitrary_types_allowed=True)  # type: ignore[attr-defined]
+            found += [value for value in vars(module).values()
+                      if isinstance(value, type) and is_typeddict(value) and value.__module__ == module.__name__]
+    return tuple(dict.fromkeys(found))  # a type can have two names in one module
 
 
 @functools.cache
 def _adapter(kind: Any) -> TypeAdapter[Any]:
-    _strict_sdk_types()
-    return TypeAdapter(kind)
+    """A validator for `kind` that refuses keys the SDK's TypedDicts do not declare
+    (pydantic otherwise ignores them); the SDK's own types are left as they were."""
+    kinds = _sdk_request_types()
+    for each in kinds:
+        each.__pydantic_config__ = ConfigDict(extra="forbid", arbitrary_types_allowed=True)  # type: ignore[attr-defined]
+    try:
+        return TypeAdapter(kind)
+    finally:
+        for each in kinds:
+            del each.__pydantic_config__  # type: ignore[attr-defined]
 
 
 def _consumed(value: Any) -> Any:

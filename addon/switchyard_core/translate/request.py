@@ -55,8 +55,7 @@ def translate_request(client_api: str, upstream_api: str, body: dict[str, Any], 
 
 
 def _same_api(api: str, body: dict[str, Any], model: str, stream: bool) -> dict[str, Any]:
-    """Nothing to translate: the client's body with the upstream's model (and, for
-    Chat, usage asked for the way a translated stream would)."""
+    """Nothing to translate: the client's body with the upstream's model."""
     out = copy.deepcopy(body)
     if api == gemini.API:
         return out
