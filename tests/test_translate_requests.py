@@ -514,3 +514,16 @@ def test_translated_result_is_a_value() -> None:
     assert isinstance(first, TranslatedRequest)
     assert json.dumps(body, sort_keys=True) == before  # the client's body is not touched
     assert translate_request("openai-chat", "google-gemini", body, model="m", stream=True) == first
+
+
+def test_the_same_api_on_both_sides_is_the_body_as_sent_for_the_upstreams_model() -> None:
+    body = conversation("anthropic-messages", "tools")
+    same = translate_request("anthropic-messages", "anthropic-messages", body, model="their-model", stream=True)
+    assert same == TranslatedRequest({**body, "model": "their-model"})
+    gemini_body = conversation("google-gemini", "tools")
+    assert translate_request("google-gemini", "google-gemini", gemini_body, model="g", stream=True).body == gemini_body
+
+
+def test_an_api_switchyard_does_not_speak_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="unknown API: openai-completions"):
+        translate_request("openai-completions", "openai-chat", {}, model="m", stream=True)
