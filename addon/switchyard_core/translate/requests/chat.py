@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from .common import (arguments_text, data_url, fit_id, float_or_none, int_or_none, option, parse_data_url,
+from .common import (arguments_text, bool_or_none, data_url, fit_id, float_or_none, int_or_none, option, parse_data_url,
                      refuse_media, stop_list, text_of, unknown_options)
 from .ir import (Media, Message, OutputFormat, Part, Request, Text, Tool, ToolCall, ToolChoice, ToolResult,
                  Untranslatable)
@@ -18,6 +18,7 @@ OPENAI_OPTIONS = ("user", "metadata", "service_tier", "prompt_cache_key", "promp
                   "safety_identifier", "store", "reasoning_effort", "verbosity")
 OPENAI_STOP_LIMIT = 4  # OpenAI refuses a request with more stop sequences
 _ID_LIMIT = 40  # OpenAI refuses a longer tool-call id
+_ID = re.compile(r"[\x21-\x7e]+")  # printable ASCII
 _CARRIED = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
             "top_p", "stop", "tools", "tool_choice", "parallel_tool_calls", "response_format", "seed",
             "presence_penalty", "frequency_penalty", "functions", "function_call", "n", *OPENAI_OPTIONS}
@@ -65,7 +66,7 @@ def decode(body: Mapping[str, Any]) -> Request:
         messages=tuple(turns),
         tools=tuple(t for t in tools if t is not None),
         tool_choice=_tool_choice(body.get("tool_choice", body.get("function_call")), left_out),
-        parallel_tool_calls=body.get("parallel_tool_calls") if isinstance(body.get("parallel_tool_calls"), bool) else None,
+        parallel_tool_calls=bool_or_none(body.get("parallel_tool_calls")),
         max_tokens=int_or_none(body.get("max_completion_tokens", body.get("max_tokens"))),
         temperature=float_or_none(body.get("temperature")),
         top_p=float_or_none(body.get("top_p")),
@@ -189,8 +190,6 @@ def _output_format(value: Any) -> OutputFormat | None:
     return None
 
 
-_ID = re.compile(r"[\x21-\x7e]+")
-
 
 def encode(request: Request, *, model: str, stream: bool) -> tuple[dict[str, Any], list[str]]:
     left_out: list[str] = []
@@ -282,7 +281,7 @@ def _content_param(part: Text | Media) -> dict[str, Any]:
             image["detail"] = part.detail
         return {"type": "image_url", "image_url": image}
     if part.kind == "audio":
-        fmt = next((f for f, t in _AUDIO_FORMATS.items() if t == part.media_type or part.media_type == f"audio/{f}"), None)
+        fmt = next((f for f, t in _AUDIO_FORMATS.items() if part.media_type in (t, f"audio/{f}")), None)
         if not part.data or fmt is None:
             raise refuse_media(part, API, "it takes only WAV or MP3 sound sent inline")
         return {"type": "input_audio", "input_audio": {"data": part.data, "format": fmt}}

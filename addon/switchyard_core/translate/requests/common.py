@@ -114,6 +114,10 @@ def obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def bool_or_none(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
 def float_or_none(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 

@@ -106,7 +106,8 @@ def decode(body: Mapping[str, Any]) -> Request:
     for turn, content in enumerate(contents):
         if not isinstance(content, dict):
             raise Untranslatable("a content of the conversation is not an object")
-        turns.append(Message("assistant" if content.get("role") == "model" else "user", _parts(_get(content, "parts"), turn, calls, left_out)))
+        parts = _parts(_get(content, "parts"), turn, calls, left_out)
+        turns.append(Message("assistant" if content.get("role") == "model" else "user", parts))
     tools: list[Tool] = []
     for tool in _get(body, "tools") or []:
         declarations = _get(tool, "functionDeclarations")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .chat import FREEFORM_SCHEMA, OPENAI_OPTIONS
-from .common import (arguments_object, arguments_text, data_url, float_or_none, int_or_none, obj, option, parse_data_url, refuse_media,
-                     text_of, unknown_options)
+from .common import (arguments_object, arguments_text, bool_or_none, data_url, float_or_none, int_or_none, obj,
+                     option, parse_data_url, refuse_media, text_of, unknown_options)
 from .ir import (Media, Message, OutputFormat, Part, Request, Text, Tool, ToolCall, ToolChoice, ToolResult,
                  Untranslatable)
 
@@ -63,7 +63,7 @@ def decode(body: Mapping[str, Any]) -> Request:
         messages=tuple(turns),
         tools=tuple(tools),
         tool_choice=_tool_choice(body.get("tool_choice"), left_out),
-        parallel_tool_calls=body.get("parallel_tool_calls") if isinstance(body.get("parallel_tool_calls"), bool) else None,
+        parallel_tool_calls=bool_or_none(body.get("parallel_tool_calls")),
         max_tokens=int_or_none(body.get("max_output_tokens")),
         temperature=float_or_none(body.get("temperature")),
         top_p=float_or_none(body.get("top_p")),
