@@ -527,3 +527,12 @@ def test_the_same_api_on_both_sides_is_the_body_as_sent_for_the_upstreams_model(
 def test_an_api_switchyard_does_not_speak_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="unknown API: openai-completions"):
         translate_request("openai-completions", "openai-chat", {}, model="m", stream=True)
+
+
+def test_an_output_limit_responses_would_refuse_is_raised_to_its_least() -> None:
+    body = {"model": "c", "max_tokens": 1, "messages": [{"role": "user", "content": "quota"}]}
+    translated = translate_request("anthropic-messages", "openai-responses", body, model="m", stream=True)
+    assert translated.body["max_output_tokens"] == 16
+    assert translated.left_out == ("an output limit below 16: sent as 16, the least openai-responses takes",)
+    assert translate_request("anthropic-messages", "openai-chat", body, model="m", stream=True).body[
+        "max_completion_tokens"] == 1

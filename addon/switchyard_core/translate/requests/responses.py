@@ -12,6 +12,7 @@ from .ir import (Media, Message, OutputFormat, Part, Request, Text, Tool, ToolCa
                  Untranslatable)
 
 API = "openai-responses"
+MIN_OUTPUT_TOKENS = 16  # OpenAI refuses a lower `max_output_tokens` (docs/translation.md)
 _CARRIED = {"model", "input", "instructions", "stream", "max_output_tokens", "temperature", "top_p", "tools",
             "tool_choice", "parallel_tool_calls", "text", "reasoning", "user", "metadata", "service_tier",
             "prompt_cache_key", "prompt_cache_retention", "safety_identifier", "store"}
@@ -186,7 +187,10 @@ def encode(request: Request, *, model: str, stream: bool) -> tuple[dict[str, Any
         if request.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = request.parallel_tool_calls
     if request.max_tokens is not None:
-        body["max_output_tokens"] = request.max_tokens
+        body["max_output_tokens"] = max(request.max_tokens, MIN_OUTPUT_TOKENS)
+        if request.max_tokens < MIN_OUTPUT_TOKENS:
+            left_out.append(f"an output limit below {MIN_OUTPUT_TOKENS}: sent as {MIN_OUTPUT_TOKENS}, "
+                            f"the least {API} takes")
     for key in ("temperature", "top_p"):
         if getattr(request, key) is not None:
             body[key] = getattr(request, key)
