@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Protocol
 
 from .apis.base import Classification, ErrorInfo, FrameKind, StreamClassifier
 from .apis.errors import CAPACITY_CODES, rewrite_capacity_codes
@@ -30,6 +31,23 @@ EMPTY_ANSWER = ErrorInfo(
 # failures made of an absence: the provider reported nothing.  Forwarded as sent, such an
 # answer reads as an empty success, so the client gets Switchyard's own error instead
 SAID_NOTHING = (EOF_BEFORE_OUTPUT, EMPTY_ANSWER)
+
+
+class Translator(Protocol):
+    """An upstream that speaks another API than the client: each of its frames is
+    classified by its own API, and what the client gets of it is this (translate/streams/)."""
+
+    def feed(self, event: SseEvent) -> bytes:
+        """The client's frames for one upstream event (complete frames, maybe none)."""
+        ...
+
+    def finish(self) -> bytes:
+        """What closes the client's stream once the upstream's ended."""
+        ...
+
+
+OVERSIZED_TRANSLATED = ErrorInfo(message="upstream sent a frame larger than staging_limit, which cannot be translated",
+                                 event_type="oversized", retryable_hint=True)
 
 
 @dataclass(slots=True)
@@ -53,9 +71,12 @@ class Gate:
         "committed",
         "_failed_frames",
         "_passthrough",
+        "_translator",
+        "_staged_raw",
     )
 
-    def __init__(self, classifier: StreamClassifier, *, staging_limit: int, rewrite_capacity_codes: bool) -> None:
+    def __init__(self, classifier: StreamClassifier, *, staging_limit: int, rewrite_capacity_codes: bool,
+                 translator: Translator | None = None) -> None:
         self._classifier = classifier
         self._splitter = FrameSplitter()
         self._staged: list[bytes] = []
@@ -65,6 +86,8 @@ class Gate:
         self.committed = False
         self._failed_frames: list[bytes] = []  # the failure frame and what followed it in its read
         self._passthrough = False
+        self._translator = translator  # an upstream of another API: the client gets its frames translated
+        self._staged_raw: list[bytes] = []  # ... and what it sent, held with them (to show a failed attempt)
 
     @property
     def complete(self) -> bool:
@@ -77,8 +100,22 @@ class Gate:
             return GateStep(emit=chunk)
         step = self._frames(self._splitter.feed(chunk))
         if step.failure is None and self._staged_size + self._splitter.pending > self._limit:
-            self._overflow(step)
+            if self._translator is not None:
+                self._too_large(step)
+            else:
+                self._overflow(step)
         return step
+
+    def _too_large(self, step: GateStep) -> None:
+        """A translated stream is read whole frames at a time: one larger than what the
+        route lets be held cannot be, and fails the attempt (before output, the next
+        upstream is asked; after, the stream ends cut)."""
+        self._splitter.drain()
+        failure = Classification(FrameKind.FAILURE, "oversized", OVERSIZED_TRANSLATED)
+        if self.committed:
+            step.failures_after_output += (failure,)
+        else:
+            step.failure = failure
 
     def feed_message(self, raw: bytes, event: SseEvent) -> GateStep:
         """One WebSocket message: a whole frame already, whose `event` says what it
@@ -104,7 +141,7 @@ class Gate:
         """After commit, whether a read is whole frames of plain answer content that
         go to the client as they came, unsplit: the hot path.  (The check on all
         of them at once can only say "look" more often than frame by frame, never less.)"""
-        return (self.committed and not self._passthrough and not self._splitter.pending
+        return (self.committed and not self._passthrough and not self._splitter.pending and self._translator is None
                 and chunk.endswith(_FRAME_ENDS) and not self._classifier.worth_a_look(chunk))
 
     def _overflow(self, step: GateStep) -> None:
@@ -131,11 +168,14 @@ class Gate:
         step = self._frames(self._splitter.finish(), may_commit=self.committed)
         if not self.committed and step.failure is None:
             step.failure = Classification(FrameKind.FAILURE, "eof", EOF_BEFORE_OUTPUT)
+        elif self._translator is not None and self.complete:
+            step.emit += self._translator.finish()
         return step
 
     def held(self) -> bytes:
         """What a failed attempt sent so far, as the provider sent it (to keep or show)."""
-        return b"".join(self._staged) + b"".join(self._failed_frames) + bytes(self._splitter.peek())
+        staged = self._staged if self._translator is None else self._staged_raw
+        return b"".join(staged) + b"".join(self._failed_frames) + bytes(self._splitter.peek())
 
     def pass_through(self) -> bytes:
         """Forward a failed attempt as the provider sent it: everything held, then the
@@ -166,7 +206,12 @@ class Gate:
                 step.failure = result
                 self._failed_frames = [f.raw for f in frames[index:]]
                 return step
-            self._staged.append(frame.raw)
+            if self._translator is None:
+                raw = frame.raw
+            else:
+                raw = self._translator.feed(frame.event)
+                self._staged_raw.append(frame.raw)
+            self._staged.append(raw)
             self._staged_size += len(frame.raw)
             if may_commit and (result.commits or self._staged_size > self._limit):
                 self.committed = True
@@ -174,6 +219,7 @@ class Gate:
                 step.first_event = result.event_type if result.commits else "staging_limit"
                 out.extend(self._staged)
                 self._staged.clear()
+                self._staged_raw.clear()
                 self._staged_size = 0
         if out:
             step.emit = out[0] if len(out) == 1 else b"".join(out)
@@ -196,6 +242,13 @@ class Gate:
             step.failures_after_output += (result,)
 
     def _after_output(self, frame: Frame, step: GateStep) -> bytes:
+        translator = self._translator
+        if translator is not None:
+            if self._classifier.worth_a_look(frame.raw):
+                result = self._classifier.classify(frame.event)
+                if result.kind is FrameKind.FAILURE:
+                    step.failures_after_output += (result,)
+            return translator.feed(frame.event)
         if not self._classifier.worth_a_look(frame.raw):
             return frame.raw  # plain answer content: forwarded without parsing
         result = self._classifier.classify(frame.event)

@@ -79,6 +79,7 @@ class Upstream:
     prefill_body: Mapping[str, Any] = field(default_factory=dict, hash=False)
     prefill_message: Mapping[str, Any] = field(default_factory=dict, hash=False)
     websocket: bool | None = None  # Responses turns over WebSocket: None tries the upgrade, False never does
+    api: str | None = None  # the API it speaks, where it is not its route's (its answers are translated)
 
     @property
     def is_original(self) -> bool:
@@ -193,6 +194,7 @@ def _resolve_upstream(
         prefill_body=MappingProxyType(dict(spec.prefill_body or {})),
         prefill_message=MappingProxyType(dict(spec.prefill_message or {})),
         websocket=None if spec.websocket == "auto" else bool(spec.websocket),
+        api=spec.api,
     )
 
 
@@ -331,7 +333,13 @@ def load_rules(path: Path) -> Rules:
             if header_problems:
                 continue
             where = f"{path}:{line_of(u_loc, lines)}"
+            if api is not None and upstream_spec.api not in (None, api) and upstream_spec.model is None:
+                problem(u_loc + ("api",), f"an upstream that speaks {upstream_spec.api} on a {api} route needs "
+                                          "`model:` (the client's model means nothing there)")
+                continue
             resolved = _resolve_upstream(upstream_spec, settings.retries, where, warnings)
+            if resolved is not None and resolved.api == api:
+                resolved = replace(resolved, api=None)  # its route's own: nothing to translate
             if resolved is not None:
                 upstreams.append(resolved)
         if api is None:

@@ -143,6 +143,9 @@ class UpstreamSpec(_Strict):
     prefill_message: Annotated[dict[str, Any] | None, AfterValidator(none_of("role", "content"))] = None
     # Responses turns over WebSocket: auto tries the upgrade and takes HTTP SSE when refused
     websocket: Literal["auto"] | Annotated[bool, Field(strict=True)] = "auto"
+    api: ApiName | None = Field(default=None, description=(
+        "The API this upstream speaks, when it is not the route's: the request is translated into it and its "
+        "answer back into the route's (docs/translation.md). `model` is then required. Default: the route's API."))
 
 
 class RouteSpec(Settings):

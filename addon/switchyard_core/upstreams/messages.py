@@ -29,7 +29,7 @@ from ..sse import compact_json
 from .body import Body
 
 # Never forwarded: connection-level, recomputed, or ours.
-_HOP_BY_HOP = frozenset(
+HOP_BY_HOP = frozenset(
     {
         "connection",
         "keep-alive",
@@ -192,7 +192,7 @@ def build_request(original: OriginalRequest, upstream: Upstream, api: str | None
     headers: list[tuple[str, str]] = []
     for name, value in original.headers:
         lowered = name.lower()
-        if lowered in _HOP_BY_HOP or lowered in listed or lowered in replaced or lowered.startswith("x-switchyard-"):
+        if lowered in HOP_BY_HOP or lowered in listed or lowered in replaced or lowered.startswith("x-switchyard-"):
             continue
         if withhold and looks_like_credential(lowered) and lowered not in upstream.forward_headers:
             continue  # the client's credentials stay with their origin
