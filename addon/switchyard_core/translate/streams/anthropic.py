@@ -194,8 +194,6 @@ class AnthropicEncoder(Encoder):
 
     def start(self, event: ir.Start) -> bytes:
         self.started = True
-        if event.usage is not None:
-            self.add_usage(event.usage)
         message: dict[str, Any] = {"id": "msg_" + (event.id or "switchyard"), "type": "message", "role": "assistant",
                    "model": self.model, "content": [], "stop_reason": None, "stop_sequence": None,
                    "usage": usage_out(self.usage or ir.Usage())}

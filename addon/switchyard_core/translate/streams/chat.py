@@ -40,6 +40,7 @@ def usage_in(obj: Any) -> ir.Usage | None:
         input_tokens=ir.as_int(obj.get("prompt_tokens")),
         output_tokens=ir.as_int(obj.get("completion_tokens")),
         cached_tokens=ir.as_int(prompt.get("cached_tokens")) if isinstance(prompt, dict) else 0,
+        cache_write_tokens=ir.as_int(prompt.get("cache_write_tokens")) if isinstance(prompt, dict) else 0,
         reasoning_tokens=ir.as_int(completion.get("reasoning_tokens")) if isinstance(completion, dict) else 0,
     )
 
@@ -47,7 +48,8 @@ def usage_in(obj: Any) -> ir.Usage | None:
 def usage_out(usage: ir.Usage) -> dict[str, Any]:
     return {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
             "total_tokens": usage.total_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens,
+                                      "cache_write_tokens": usage.cache_write_tokens},
             "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens}}
 
 

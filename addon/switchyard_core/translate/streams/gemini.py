@@ -208,8 +208,6 @@ class GeminiEncoder(Encoder):
 
     def start(self, event: ir.Start) -> bytes:
         self.started = True
-        if event.usage is not None:
-            self.add_usage(event.usage)
         self._tail = b',"modelVersion": ' + dumps(self.model) + b',"responseId": ' + dumps(event.id or "switchyard")
         return b""
 

@@ -34,6 +34,7 @@ def usage_in(obj: Any) -> ir.Usage | None:
     return ir.Usage(
         input_tokens=ir.as_int(obj.get("input_tokens")), output_tokens=ir.as_int(obj.get("output_tokens")),
         cached_tokens=ir.as_int(given.get("cached_tokens")) if isinstance(given, dict) else 0,
+        cache_write_tokens=ir.as_int(given.get("cache_write_tokens")) if isinstance(given, dict) else 0,
         reasoning_tokens=ir.as_int(taken.get("reasoning_tokens")) if isinstance(taken, dict) else 0,
     )
 

@@ -28,7 +28,8 @@ NAME = "openai-responses"
 
 
 def usage_out(usage: ir.Usage) -> dict[str, Any]:
-    return {"input_tokens": usage.input_tokens, "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+    return {"input_tokens": usage.input_tokens, "input_tokens_details": {"cached_tokens": usage.cached_tokens,
+                                                                    "cache_write_tokens": usage.cache_write_tokens},
             "output_tokens": usage.output_tokens,
             "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
             "total_tokens": usage.total_tokens}
@@ -108,8 +109,6 @@ class ResponsesEncoder(Encoder):
         self._id = "resp_" + self._base
         if event.created:
             self.created = event.created
-        if event.usage is not None:
-            self.add_usage(event.usage)
         response = response_object(self._id, self.created, self.model, "in_progress", [], None)
         return (self._event("response.created", {"response": response})
                 + self._event("response.in_progress", {"response": response}))

@@ -131,6 +131,8 @@ class StreamTranslator:
         return encoder.keepalive()
 
     def _start(self, event: ir.Start = ir.Start()) -> bytes:
+        if event.usage is not None:
+            self._encoder.add_usage(event.usage)
         return self._encoder.start(ir.Start(base_id(event.id), event.created, event.usage))
 
     def _no_arguments(self, key: int) -> bytes:
