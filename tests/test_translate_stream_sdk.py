@@ -31,7 +31,9 @@ from google import genai
 from google.genai import types as gtypes
 from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
+from openai.types.shared import ErrorObject
 
+from switchyard_core.apis.google_rpc import GRPC_HTTP
 from switchyard_core.sse import FrameSplitter
 from switchyard_core.translate.streams import stream_translator
 from tests.support import gemini_wire, wire
@@ -104,6 +106,18 @@ def validate_frames(client: str, body: bytes) -> list[Any]:
         if event.data == "[DONE]":
             continue
         data = json.loads(event.data)
+        if "error" in data and client != RESPONSES:  # the error a client SDK raises, in its own types
+            if client == CHAT:
+                events.append(ErrorObject.model_validate(data["error"]))
+            elif client == ANTHROPIC:
+                assert event.event == "error"
+                events.append(anthropic.types.ErrorResponse.model_validate(data))
+            else:
+                error = data["error"]
+                assert isinstance(error["code"], int) and isinstance(error["message"], str), error
+                assert error["status"] in GRPC_HTTP, error
+                events.append(error)
+            continue
         if client == CHAT:
             events.append(ChatCompletionChunk.model_validate(data))
         elif client == RESPONSES:

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 from ...apis import APIS
 from ...apis.base import ErrorInfo
-from ...apis.errors import code_and_type_for_status
-from ...apis.google_rpc import GRPC_HTTP, status_for_http
+from ...apis.errors import Decision, ErrorPolicy, code_and_type_for_status
+from ...apis.google_gemini import PROMPT_BLOCKED
+from ...apis.google_rpc import DAILY_QUOTA, GRPC_HTTP, status_for_http
 
 _OVERLOAD = frozenset({"overloaded_error", "server_is_overloaded", "slow_down", "service_unavailable_error",
                        "UNAVAILABLE", "insufficient_system_resource"})
 _RATE_LIMIT = frozenset({"rate_limit_error", "rate_limit_exceeded", "RESOURCE_EXHAUSTED", "requests", "tokens"})
+_QUOTA = frozenset({"insufficient_quota", DAILY_QUOTA, "billing_error"})  # no retry helps before it resets
 _TIMEOUT = frozenset({"timeout_error", "DEADLINE_EXCEEDED"})
 _INVALID = frozenset({"invalid_request_error", "context_length_exceeded", "model_context_window_exceeded",
-                      "INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE", "invalid_prompt"})
+                      "INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE", "invalid_prompt",
+                      "content_filter", PROMPT_BLOCKED})
 _AUTH = frozenset({"authentication_error", "invalid_api_key", "UNAUTHENTICATED"})
 _PERMISSION = frozenset({"permission_error", "PERMISSION_DENIED"})
 _NOT_FOUND = frozenset({"not_found_error", "model_not_found", "NOT_FOUND"})
@@ -35,29 +38,33 @@ _ANTHROPIC_TYPES = frozenset({"invalid_request_error", "authentication_error", "
                               "api_error", "billing_error", "request_too_large"})
 
 
-def _status(info: ErrorInfo) -> int | None:
-    """The HTTP status the error stands for: its own, else the one its code or type names."""
+_POLICY = ErrorPolicy()
+
+
+def _status(info: ErrorInfo) -> int:
+    """The HTTP status the error stands for: its own, else the one its code or type
+    names, else what Switchyard's error policy makes of it (a transient failure is a
+    500, anything else a 400): the client's retry policy then judges it as ours did."""
     if info.status is not None:
         return info.status
     names = {info.code, info.type}
-    for group, status in ((_OVERLOAD, 503), (_RATE_LIMIT, 429), (_TIMEOUT, 504), (_INVALID, 400),
+    for group, status in ((_OVERLOAD, 503), (_RATE_LIMIT, 429), (_QUOTA, 429), (_TIMEOUT, 504), (_INVALID, 400),
                           (_AUTH, 401), (_PERMISSION, 403), (_NOT_FOUND, 404)):
         if names & group:
             return status
     for name in names:
         if name in GRPC_HTTP:
             return GRPC_HTTP[name]
-    return None
+    return 500 if _POLICY.decide(info) is Decision.RETRY else 400
 
 
-def _anthropic_type(info: ErrorInfo, status: int | None) -> str:
+def _anthropic_type(info: ErrorInfo, status: int) -> str:
     if info.type in _ANTHROPIC_TYPES:
         return info.type
-    names = {info.code, info.type}
-    if names & _OVERLOAD:
+    if {info.code, info.type} & _OVERLOAD:
         return "overloaded_error"  # what Claude Code retries on its own
-    if status is None:
-        return "api_error"
+    if {info.code, info.type} & _QUOTA:
+        return "billing_error"  # a 429 to Anthropic's clients would be a rate limit, which they retry
     return code_and_type_for_status("anthropic-messages", status)[1]
 
 
@@ -68,12 +75,12 @@ def _words(client_api: str, info: ErrorInfo) -> tuple[str, str, str]:
         kind = _anthropic_type(info, status)
         return info.message or kind, info.code or kind, kind
     if client_api == "google-gemini":
-        grpc = next((name for name in (info.code, info.type) if name in GRPC_HTTP), None)
-        if grpc is None:
-            grpc = status_for_http(status) if status is not None else "INTERNAL"
+        grpc = next((name for name in (info.code, info.type) if name in GRPC_HTTP), None) or status_for_http(status)
         return info.message or grpc, info.code or info.type or grpc, grpc
-    default_code, default_type = code_and_type_for_status(client_api, status or 500)
-    return info.message or default_code, info.code or info.type or default_code, info.type or default_type
+    default_code, default_type = code_and_type_for_status(client_api, status)
+    # a status of its own says more than a type (vLLM's `InternalServerError` with code 500)
+    code = info.code or (default_code if info.status is not None else info.type or default_code)
+    return info.message or default_code, code, info.type or default_type
 
 
 def error_frame(client_api: str, info: ErrorInfo) -> bytes:
@@ -89,6 +96,9 @@ def error_body(client_api: str, info: ErrorInfo) -> bytes:
     return APIS[client_api].error_body(message, code, kind)
 
 
-def error_status(info: ErrorInfo) -> int:
-    """The HTTP status to answer with for `info` when it is told as a whole answer."""
-    return _status(info) or 502
+def error_status(client_api: str, info: ErrorInfo) -> int:
+    """The HTTP status to answer with for `info` when it is told as a whole answer (the
+    nearest the client's API has: Google answers an overload with 503, never 529)."""
+    if client_api == "google-gemini":
+        return GRPC_HTTP[_words(client_api, info)[2]]
+    return _status(info)

@@ -91,8 +91,8 @@ class StreamTranslator:
     def finish(self) -> bytes:
         """The upstream's stream ended: the client's end, if the upstream's end marker
         was seen (else b"": the answer was cut, and the caller says so)."""
-        if self._failed or self._closed or not self._decoder.complete:
-            return b""
+        if self._failed or self._closed or not self._decoder.complete or not self._encoder.started:
+            return b""  # nothing started: an empty answer, which the gate fails, is no answer to close
         return self._close()
 
     def _apply(self, event: ir.Event) -> bytes:
