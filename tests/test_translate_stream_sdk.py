@@ -334,3 +334,58 @@ def test_anthropic_refusal_is_a_content_filter_stop() -> None:
         read_with_sdk(CHAT, body)
     reasons = [choice.finish_reason for chunk in validate_frames(CHAT, body) for choice in chunk.choices]
     assert [reason for reason in reasons if reason] == ["content_filter"]
+
+
+THOUGHT = "Let me think about the weather."
+
+
+def reasoning_frames(up: str) -> list[bytes]:
+    """A text answer after reasoning, in `up`'s shape."""
+    if up == CHAT:  # DeepSeek's
+        return [
+            wire.chat_chunk({"role": "assistant", "content": None, "reasoning_content": ""}),
+            *[wire.chat_chunk({"content": None, "reasoning_content": w}) for w in wire.chat_words(THOUGHT)],
+            *wire.chat_stream(WORDS)[1:]]
+    if up == ANTHROPIC:
+        start, *rest = wire.anthropic_stream(WORDS)
+        thinking = [wire.event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                       "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+                    *[wire.event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                         "delta": {"type": "thinking_delta", "thinking": w}})
+                      for w in wire.chat_words(THOUGHT)],
+                    wire.event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                       "delta": {"type": "signature_delta", "signature": "c2ln"}}),
+                    wire.event("content_block_stop", {"type": "content_block_stop", "index": 0})]
+        return [start, *thinking, *[f.replace(b'"index":0', b'"index":1') for f in rest]]
+    if up == RESPONSES:
+        return wire.responses_stream(WORDS, reasoning=[wire.Reasoning("rs_1", (THOUGHT,))])
+    thought = gemini_wire.frame({"candidates": [{"content": {"parts": [{"text": THOUGHT, "thought": True}], "role": "model"},
+                                                 "index": 0}], "responseId": "fake-response-1"})
+    return [thought, *gemini_wire.stream(WORDS)]
+
+
+@pytest.mark.parametrize(("up", "client"), PAIRS)
+def test_reasoning_goes_where_the_client_api_can_take_it(up: str, client: str) -> None:
+    """Chat clients get `reasoning_content` deltas, Gemini clients `thought` parts;
+    Anthropic and Responses clients get none (a keepalive in its place) and the
+    translator says it dropped reasoning.  The answer's text is the same either way."""
+    translator = stream_translator(up, client, model=MODEL, usage_wanted=True)
+    splitter = FrameSplitter()
+    frames = splitter.feed(b"".join(reasoning_frames(up))) + splitter.finish()
+    body = b"".join(translator.feed(frame.event) for frame in frames) + translator.finish()
+    events = validate_frames(client, body)
+    assert read_with_sdk(client, body).text == WORDS
+    if client == CHAT:
+        carried = "".join((choice.delta.model_extra or {}).get("reasoning_content") or ""
+                          for chunk in events for choice in chunk.choices)
+    elif client == GEMINI:
+        carried = "".join(part.text for e in events for part in e.candidates[0].content.parts if part.thought)
+    else:
+        assert b" about" not in body and b"weather" not in body  # no word of the reasoning
+        assert not any("reasoning" in e.type or "thinking" in e.type for e in events)
+        if client == ANTHROPIC:
+            assert [e.content_block.type for e in events if e.type == "content_block_start"] == ["text"]
+        assert body.count(b": keepalive\n\n") >= 1
+        assert translator.dropped == {"reasoning"}
+        return
+    assert carried == THOUGHT and translator.dropped == set()
