@@ -104,3 +104,18 @@ def test_any_arguments_in_any_pieces_reach_the_client_whole(pair: tuple[str, str
     validate_frames(client, body)
     seen = read_with_sdk(client, body)
     assert [(name, args) for name, args, _ in seen.calls] == [(wire.TOOL_NAME, arguments)]
+
+
+def test_an_emoji_split_across_two_deltas_passes_as_it_came() -> None:
+    """A delta may end inside a surrogate pair (`\\ud83d`, then `\\ude00`): no UTF-8 has
+    half an emoji, so it goes on escaped, and the client joins the halves as the
+    upstream's client would have."""
+    frames = [b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+              b'"delta":{"content":"%s"},"finish_reason":null}]}\n\n' % half for half in (b"\\ud83d", b"\\ude00")]
+    body = b"".join([wire.CHAT_ROLE, *frames, wire.chat_chunk({}, "stop"), wire.CHAT_DONE])
+    for client in ("openai-responses", "anthropic-messages", "google-gemini"):
+        out = translated("openai-chat", client, body, [])
+        assert b"\\ud83d" in out and b"\\ude00" in out
+        validate_frames(client, out)
+        text = read_with_sdk(client, out).text  # some SDKs join the halves as they decode, some after
+        assert text.encode("utf-16", "surrogatepass").decode("utf-16") == "\N{GRINNING FACE}"

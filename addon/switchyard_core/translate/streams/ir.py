@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import json
+from json.encoder import encode_basestring, encode_basestring_ascii
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,12 +222,13 @@ class Answer:
 
 
 def json_str(text: str) -> bytes:
-    """A JSON string literal as UTF-8; a lone surrogate (half an emoji whose other
-    half is in the next frame) has no UTF-8, so then it is escaped as it came."""
+    """A JSON string literal as UTF-8 (what `json.dumps` writes for a string, without
+    its per-call set-up: this runs for every delta); a lone surrogate (half an emoji
+    whose other half is in the next frame) has no UTF-8, so then it is escaped as it came."""
     try:
-        return json.dumps(text, ensure_ascii=False).encode()
+        return encode_basestring(text).encode()
     except UnicodeEncodeError:
-        return json.dumps(text).encode()
+        return encode_basestring_ascii(text).encode()
 
 
 def as_int(value: Any) -> int:
