@@ -389,3 +389,22 @@ def test_reasoning_goes_where_the_client_api_can_take_it(up: str, client: str) -
         assert translator.dropped == {"reasoning"}
         return
     assert carried == THOUGHT and translator.dropped == set()
+
+
+@pytest.mark.parametrize("client", [RESPONSES, ANTHROPIC, GEMINI])
+def test_parallel_calls_the_first_without_arguments(client: str) -> None:
+    """Two calls in one answer, the first taking no arguments: both reach the client,
+    in order, the first with `{}`."""
+    header = [wire.chat_chunk({"tool_calls": [{"index": i, "id": f"call_{i}", "type": "function",
+                                               "function": {"name": name, "arguments": ""}}]})
+              for i, name in enumerate(("get_time", wire.TOOL_NAME))]
+    frames = [wire.chat_chunk({"role": "assistant", "content": None}), header[0], header[1],
+              *[wire.chat_chunk({"tool_calls": [{"index": 1, "function": {"arguments": p}}]})
+                for p in wire.pieces(wire.TOOL_ARGUMENTS)],
+              wire.chat_chunk({}, "tool_calls"), wire.CHAT_DONE]
+    body = translate(CHAT, client, frames)
+    validate_frames(client, body)
+    seen = read_with_sdk(client, body)
+    assert [(name, args, call_id) for name, args, call_id in seen.calls] == [
+        ("get_time", {}, "call_0"), (wire.TOOL_NAME, TOOL_ARGS, "call_1")]
+    assert seen.stop == STOP_WORDS[client][1]

@@ -228,8 +228,15 @@ class AnthropicEncoder(Encoder):
         return b""
 
     def _tool_block(self, key: int) -> bytes:
+        """Open `key`'s block; calls begun before it that have had no argument yet are
+        written first, as calls without arguments: blocks go in the order calls began."""
+        out = b""
+        for earlier in list(self._pending):
+            if earlier == key:
+                break
+            out += self._tool_block(earlier)
         call_id, name = self._pending.pop(key)
-        out = self._open_block("tool", {"type": "tool_use", "id": tool_id(call_id), "name": name, "input": {}})
+        out += self._open_block("tool", {"type": "tool_use", "id": tool_id(call_id), "name": name, "input": {}})
         self._tool = key
         return out
 
@@ -241,6 +248,10 @@ class AnthropicEncoder(Encoder):
         return out + _event(b"content_block_delta", b'{"type":"content_block_delta","index":'
                             + str(self._index).encode() + b',"delta":{"type":"input_json_delta","partial_json":'
                             + ir.json_str(delta) + b"}}")
+
+    def no_arguments(self, key: int) -> bytes:
+        """A block closed before any piece came has its `input` already: the start's `{}`."""
+        return self.tool_args(key, "{}") if key in self._pending or self._tool == key else b""
 
     def tool_end(self, key: int) -> bytes:
         out = self._tool_block(key) if key in self._pending else b""

@@ -86,6 +86,10 @@ class Encoder:
     def tool_end(self, key: int) -> bytes:
         raise NotImplementedError
 
+    def no_arguments(self, key: int) -> bytes:
+        """A call ended with no arguments: `{}`, where the call is still open to take them."""
+        return self.tool_args(key, "{}")
+
     def finish(self, reason: ir.Finish) -> bytes:
         """The answer finished: close what is open (the end itself waits for `close`,
         since usage may still come)."""

@@ -120,7 +120,7 @@ class ResponsesEncoder(Encoder):
         self._open = None
         common = {"item_id": item.id, "output_index": item.index}
         if item.call_id:
-            arguments = "".join(item.parts)
+            arguments = "".join(item.parts) or "{}"  # closed by the next item before any came
             done = _call(item.id, item.call_id, item.name, arguments)
             out = self._event("response.function_call_arguments.done",
                               {**common, "name": item.name, "arguments": arguments})
@@ -176,6 +176,9 @@ class ResponsesEncoder(Encoder):
 
     def tool_end(self, key: int) -> bytes:
         return self._close_open() if self._calls.get(key) is self._open else b""
+
+    def no_arguments(self, key: int) -> bytes:
+        return self.tool_args(key, "{}") if self._calls.get(key) is self._open else b""
 
     def finish(self, reason: ir.Finish) -> bytes:
         self._reason = reason

@@ -138,7 +138,7 @@ class StreamTranslator:
     def _no_arguments(self, key: int) -> bytes:
         if self._args.get(key) is False:
             self._args[key] = True
-            return self._encoder.tool_args(key, "{}")
+            return self._encoder.no_arguments(key)
         return b""
 
     def _finish(self, reason: ir.Finish) -> bytes:
