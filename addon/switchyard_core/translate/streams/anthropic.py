@@ -95,9 +95,9 @@ class AnthropicDecoder(Decoder):
             if dtype == "thinking_delta":
                 thinking = delta.get("thinking")
                 return [ir.Reasoning(thinking)] if isinstance(thinking, str) and thinking else []
-            if dtype == "citations_delta":
-                self.dropped.add("citations")
-            return []  # signature_delta: only Anthropic can check it
+            self.dropped.add({"citations_delta": "citations", "signature_delta": "thinking signatures"}.get(
+                str(dtype), f"{dtype} deltas"))
+            return []  # a signature: only Anthropic can check it
         if kind == "content_block_start":
             index, block = obj.get("index"), obj.get("content_block")
             if not isinstance(index, int) or not isinstance(block, dict):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...apis import APIS
-from ...apis.base import FrameKind, StreamClassifier
+from ...apis.base import ErrorInfo, FrameKind, StreamClassifier
 from ...sse import SseEvent
 from . import ir
 from .errors import error_frame
@@ -102,7 +102,7 @@ class Encoder:
     def keepalive(self) -> bytes:
         return APIS[self.api].comment("keepalive")
 
-    def error(self, error: Any) -> bytes:
+    def error(self, error: ErrorInfo) -> bytes:
         return error_frame(self.api, error)
 
     def add_usage(self, usage: ir.Usage) -> None:

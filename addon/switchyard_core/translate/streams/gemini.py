@@ -104,6 +104,8 @@ class _Parts:
     def _part(self, part: dict[str, Any]) -> list[ir.Event]:
         if part.keys() - _PART_KEYS:
             self.dropped.update(f"{key} parts" for key in part.keys() - _PART_KEYS)
+        if part.get("thoughtSignature"):
+            self.dropped.add("thought signatures")
         call = part.get("functionCall")
         if isinstance(call, dict):
             key = self.calls
