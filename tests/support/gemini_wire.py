@@ -113,3 +113,35 @@ def normal_reply(path: str, text: str, request: bytes) -> "Reply | None":
     if asks_for_json(request):
         return Reply.json(200, response(json.dumps(ROUTER_ANSWER)))
     return Reply.json(200, response(text))
+
+
+# --- a tool call, as Gemini answers with one ------------------------------------------
+
+def tool_call_stream(name: str, args: dict[str, object], response_id: str = "fake-response-3",
+                     model: str = MODEL_VERSION, *, call_id: str | None = None, text: str = "",
+                     thought_signature: str | None = None) -> list[bytes]:
+    """A function call answer: Gemini sends a call whole (no argument pieces), here in
+    the last frame beside `finishReason` STOP (Gemini says STOP for a tool-call answer
+    too) and the usage; with `text`, the text's frames first.  `call_id`: the id newer
+    models give a call; `thought_signature`: what a thinking model puts beside it."""
+    frames = [chunk(piece, response_id, model) for piece in words(text)] if text else []
+    call: dict[str, object] = {"name": name, "args": args}
+    if call_id is not None:
+        call = {"id": call_id, **call}
+    part: dict[str, object] = {"functionCall": call}
+    if thought_signature is not None:
+        part["thoughtSignature"] = thought_signature
+    frames.append(frame({"candidates": [{"content": {"parts": [part], "role": "model"}, "finishReason": "STOP",
+                                         "index": 0}],
+                         "usageMetadata": usage(12), "modelVersion": model, "responseId": response_id}))
+    return frames
+
+
+def tool_call_response(name: str, args: dict[str, object], call_id: str | None = None) -> dict[str, object]:
+    """A whole `generateContent` answer that calls a function."""
+    call: dict[str, object] = {"name": name, "args": args}
+    if call_id is not None:
+        call = {"id": call_id, **call}
+    return {"candidates": [{"content": {"parts": [{"functionCall": call}], "role": "model"}, "finishReason": "STOP",
+                            "index": 0}],
+            "usageMetadata": usage(12), "modelVersion": MODEL_VERSION, "responseId": "fake-response-4"}

@@ -178,6 +178,138 @@ def anthropic_error(err_type: str, message: str) -> bytes:
     return b"event: error\n" + data({"type": "error", "error": {"type": err_type, "message": message}})
 
 
+# --- a tool call with its arguments streamed in pieces, as each provider answers --------
+
+TOOL_NAME = "get_weather"
+TOOL_ARGUMENTS = '{"city": "Paris", "unit": "celsius"}'
+
+
+def pieces(text: str, size: int = 5) -> list[str]:
+    """`text` in pieces of `size` characters, as providers stream a call's arguments."""
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def chat_tool_stream(name: str = TOOL_NAME, arguments: str = TOOL_ARGUMENTS, *, call_id: str = "call_JMW1whyEaYG438VE1OIflxA2",
+                     cid: str = "chatcmpl-tool1", size: int = 5) -> list[bytes]:
+    """provider-sse-shapes §1.3: the role chunk (`content` null), the call's header (id,
+    name, empty arguments), its arguments in pieces, `finish_reason` tool_calls, the
+    usage chunk, [DONE]."""
+    frames = [chat_chunk({"role": "assistant", "content": None}, cid=cid),
+              chat_chunk({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                          "function": {"name": name, "arguments": ""}}]}, cid=cid)]
+    frames += [chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}, cid=cid)
+               for piece in pieces(arguments, size)]
+    frames.append(chat_chunk({}, "tool_calls", cid=cid))
+    frames.append(data({"id": cid, "object": "chat.completion.chunk", "created": 1727346178, "model": "gpt-4o-2024-08-06",
+                        "choices": [], "usage": {"prompt_tokens": 149, "completion_tokens": 60, "total_tokens": 209}}))
+    frames.append(CHAT_DONE)
+    return frames
+
+
+def responses_tool_stream(name: str = TOOL_NAME, arguments: str = TOOL_ARGUMENTS, *,
+                          call_id: str = "call_DhtkoVLdnlohlERqrxpUjb25", rid: str = "resp_tool1",
+                          item_id: str = "fc_tool1", size: int = 5) -> list[bytes]:
+    """provider-sse-shapes §2.3: `response.created`, `in_progress`, an empty reasoning item
+    (`added`, `done`), the function call item `added` (name, call_id, empty arguments),
+    its argument deltas, `function_call_arguments.done`, the item `done`, and
+    `response.completed` with the finished items and the usage."""
+    base = {"id": rid, "object": "response", "created_at": 1758101358, "model": "gpt-5", "output": [],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+    reasoning = {"id": "rs_tool1", "type": "reasoning", "summary": []}
+    call = {"id": item_id, "type": "function_call", "status": "in_progress", "arguments": "", "call_id": call_id,
+            "name": name}
+    frames = [
+        event("response.created", {"type": "response.created", "sequence_number": 0, "response": {**base, "status": "in_progress"}}),
+        event("response.in_progress", {"type": "response.in_progress", "sequence_number": 1, "response": {**base, "status": "in_progress"}}),
+        event("response.output_item.added", {"type": "response.output_item.added", "sequence_number": 2, "output_index": 0, "item": reasoning}),
+        event("response.output_item.done", {"type": "response.output_item.done", "sequence_number": 3, "output_index": 0, "item": reasoning}),
+        event("response.output_item.added", {"type": "response.output_item.added", "sequence_number": 4, "output_index": 1, "item": call}),
+    ]
+    seq = 5
+    for piece in pieces(arguments, size):
+        frames.append(event("response.function_call_arguments.delta", {"type": "response.function_call_arguments.delta", "sequence_number": seq,
+                                                                        "item_id": item_id, "output_index": 1, "delta": piece}))
+        seq += 1
+    done = {**call, "status": "completed", "arguments": arguments}
+    frames.append(event("response.function_call_arguments.done", {"type": "response.function_call_arguments.done", "sequence_number": seq,
+                                                                   "item_id": item_id, "output_index": 1, "name": name, "arguments": arguments}))
+    frames.append(event("response.output_item.done", {"type": "response.output_item.done", "sequence_number": seq + 1, "output_index": 1, "item": done}))
+    usage = {"input_tokens": 60, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 24,
+             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 84}
+    frames.append(event("response.completed", {"type": "response.completed", "sequence_number": seq + 2,
+                                               "response": {**base, "status": "completed", "output": [reasoning, done], "usage": usage}}))
+    return frames
+
+
+def anthropic_tool_stream(name: str = TOOL_NAME, arguments: str = TOOL_ARGUMENTS, *,
+                          tool_id: str = "toolu_018acGYLtfR52q9yDbWaEdQZ", mid: str = "msg_tool1", size: int = 5) -> list[bytes]:
+    """provider-sse-shapes §3.2: `message_start`, the `tool_use` block's start (id, name,
+    empty input), a ping, an empty `input_json_delta` first and then the pieces, the
+    block's stop, `message_delta` (stop reason tool_use, usage), `message_stop`."""
+    frames = [
+        event("message_start", {"type": "message_start", "message": {"model": "claude-haiku-4-5-20251001", "id": mid, "type": "message", "role": "assistant",
+                                                                     "content": [], "stop_reason": None, "stop_sequence": None,
+                                                                     "usage": {"input_tokens": 656, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1}}}),
+        event("content_block_start", {"type": "content_block_start", "index": 0,
+                                      "content_block": {"type": "tool_use", "id": tool_id, "name": name, "input": {}, "caller": {"type": "direct"}}}),
+        b'event: ping\ndata: {"type": "ping"}\n\n',
+        event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ""}}),
+    ]
+    frames += [event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}})
+               for piece in pieces(arguments, size)]
+    frames.append(event("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    frames.append(event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                                          "usage": {"input_tokens": 656, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 74}}))
+    frames.append(event("message_stop", {"type": "message_stop"}))
+    return frames
+
+
+def tool_frames(api: str, name: str = TOOL_NAME, arguments: str = TOOL_ARGUMENTS) -> list[bytes]:
+    """A streamed answer that calls `name` with `arguments` (JSON text), in the shape
+    `api`'s provider sends one."""
+    if api == GEMINI:
+        return gemini_wire.tool_call_stream(name, json.loads(arguments))
+    if api == "openai-responses":
+        return responses_tool_stream(name, arguments)
+    if api == "anthropic-messages":
+        return anthropic_tool_stream(name, arguments)
+    return chat_tool_stream(name, arguments)
+
+
+def tool_body(api: str, name: str = TOOL_NAME, arguments: str = TOOL_ARGUMENTS) -> dict:
+    """The same answer to a request without `"stream": true`."""
+    if api == GEMINI:
+        return gemini_wire.tool_call_response(name, json.loads(arguments))
+    if api == "openai-responses":
+        item = {"id": "fc_tool2", "type": "function_call", "status": "completed", "arguments": arguments,
+                "call_id": "call_tool2", "name": name}
+        return {"id": "resp_tool2", "object": "response", "created_at": 1758101358, "model": "gpt-5", "status": "completed",
+                "output": [item], "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+                "usage": {"input_tokens": 60, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 24,
+                          "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 84}}
+    if api == "anthropic-messages":
+        return {"id": "msg_tool2", "type": "message", "role": "assistant", "model": "claude-haiku-4-5-20251001",
+                "content": [{"type": "tool_use", "id": "toolu_tool2", "name": name, "input": json.loads(arguments)}],
+                "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 656, "output_tokens": 74}}
+    return {"id": "chatcmpl-tool2", "object": "chat.completion", "created": 1727346178, "model": "gpt-4o-2024-08-06",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "refusal": None,
+                                                 "tool_calls": [{"id": "call_tool2", "type": "function",
+                                                                 "function": {"name": name, "arguments": arguments}}]},
+                         "finish_reason": "tool_calls", "logprobs": None}],
+            "usage": {"prompt_tokens": 149, "completion_tokens": 60, "total_tokens": 209}}
+
+
+def tool_reply(path: str, name: str = TOOL_NAME, arguments: str = TOOL_ARGUMENTS, *, stream: bool = True) -> "Reply":
+    """A fake provider's answer to a request on `path` that calls `name`, streamed or whole
+    (a Gemini model call says in its path whether it streams)."""
+    from .fake_provider import Reply
+
+    api = api_of(path)
+    if api == GEMINI:
+        stream = gemini_wire.MODEL_CALL.search(path.split("?", 1)[0]).group("method") == "streamGenerateContent"  # type: ignore[union-attr]
+    return Reply.sse(*tool_frames(api, name, arguments)) if stream else Reply.json(200, tool_body(api, name, arguments))
+
+
 # --- failures in each API's own shape, and the side requests --------------------------
 
 OVERLOADED = "Our servers are currently overloaded. Please try again later."
