@@ -50,8 +50,10 @@ RETRYABLE_CODES: frozenset[str] = frozenset(
     }
 )
 
+UNTRANSLATABLE = "untranslatable"  # Switchyard's own: the request cannot be carried into that upstream's API
 NEXT_UPSTREAM_CODES: frozenset[str] = frozenset(
-    {"context_length_exceeded", "insufficient_quota", "model_context_window_exceeded", google_rpc.DAILY_QUOTA}
+    {"context_length_exceeded", "insufficient_quota", "model_context_window_exceeded", google_rpc.DAILY_QUOTA,
+     UNTRANSLATABLE}
 )
 
 # Anthropic reports an over-long prompt as invalid_request_error with only this text, Gemini

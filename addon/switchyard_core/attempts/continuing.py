@@ -33,6 +33,9 @@ from ..exchange import AttemptRecord
 from ..redaction import env_secrets
 from ..rules import Upstream
 from ..sse import FrameSplitter
+from ..translate.request import Untranslatable
+from ..translate.streams import StreamTranslator, stream_translator
+from ..upstreams.translated import translated_display_url, translated_request
 from ..upstreams.messages import (
     build_request,
     display_url,
@@ -165,16 +168,26 @@ class Continuing:
                  now: float) -> "ContinuationAttempt | None":
         core = self.core
         original = core.exchange.request
-        request = build_request(original, upstream, core.api.name)
-        wanted = continuation_body(core.api.name, strategy, request.body, transcript.text,
+        speaks = upstream.api if upstream.api not in (None, core.api.name) else None
+        if speaks is not None:
+            # asked in its own API: the continuation is made on the translated request, and
+            # its answer translated back before it is matched and re-framed
+            try:
+                request, _ = translated_request(original, upstream, core.api.name)
+            except Untranslatable:
+                return None
+        else:
+            request = build_request(original, upstream, core.api.name)
+        wanted = continuation_body(speaks or core.api.name, strategy, request.body, transcript.text,
                                    prefill_body=upstream.prefill_body, prefill_message=upstream.prefill_message,
-                                   reasoning=transcript.reasoning)
+                                   reasoning=transcript.reasoning if speaks is None else ())
         if wanted is None:
             return None  # a request this strategy cannot be made from
         request = replace(request, body=wanted.body)
         exchange = core.exchange
-        record = AttemptRecord(attempt=len(exchange.attempts) + 1, upstream=upstream.name,
-                               url=display_url(original, upstream, core.api.name), started=now,
+        url = translated_display_url(upstream, True) if speaks is not None else display_url(original, upstream,
+                                                                                             core.api.name)
+        record = AttemptRecord(attempt=len(exchange.attempts) + 1, upstream=upstream.name, url=url, started=now,
                                request_headers=request.headers, secret_headers=secret_header_names(upstream),
                                continuation=strategy)
         exchange.attempts.append(record)
@@ -185,7 +198,10 @@ class Continuing:
         attempt = ContinuationAttempt(UpstreamTry(index, upstream, 1, False), record, deadlines, env_secrets(upstream),
                                       continuing=self, strategy=strategy, reframer=reframer_for(transcript, overlap),
                                       classifier=core.api.stream_classifier(original.wants_usage),
-                                      chars_sent=len(transcript.text), cut_at=self._cut_at)
+                                      chars_sent=len(transcript.text), cut_at=self._cut_at,
+                                      translator=stream_translator(speaks, core.api.name, model=upstream.model or "",
+                                                                   usage_wanted=original.wants_usage)
+                                      if speaks is not None else None)
         headers = deadlines.headers
         core.open_attempt(attempt, Open(record.attempt, request, "http", deadlines.connect,
                                         now + headers if headers else None))
@@ -208,6 +224,9 @@ class ContinuationAttempt(Attempt):
     # failure is this try's cut, to be continued from what the client now has
     first_at: float | None = None
     problem: str | None = None
+    # an upstream of another API: its frames, split and translated into the client's first
+    translator: StreamTranslator | None = None
+    own_splitter: FrameSplitter = field(default_factory=FrameSplitter)
 
     takes_faults = False
 
@@ -251,6 +270,12 @@ class ContinuationAttempt(Attempt):
         """The continuation's frames, re-framed, to the client as they arrive."""
         if self.problem is not None:
             return
+        if self.translator is not None:
+            translator = self.translator
+            chunk = b"".join(translator.feed(frame.event) for frame in self.own_splitter.feed(chunk))
+            if self.own_splitter.pending > core.settings.staging_limit:
+                self._problem(core, f"a frame larger than staging_limit ({core.settings.staging_limit} bytes)", now)
+                return
         for frame in self.splitter.feed(chunk):
             event = frame.event
             result = self.classifier.classify(event)
@@ -282,6 +307,12 @@ class ContinuationAttempt(Attempt):
         if error is not None:
             self._failed(core, transport_failure(error).message, now)
             return
+        if self.translator is not None:
+            translator, self.translator = self.translator, None
+            ending = b"".join(translator.feed(frame.event) for frame in self.own_splitter.finish())
+            self.data(core, ending + translator.finish(), now)  # the client's end, once the upstream's came
+            if self.problem is not None:
+                return
         if not self.classifier.complete:
             try:
                 self.reframer.overlap.ended()

@@ -18,12 +18,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .. import observe
 from ..apis import APIS, Decision, ErrorInfo, ErrorPolicy
+from ..apis.errors import UNTRANSLATABLE
+from ..translate.request import Untranslatable
+from ..upstreams.translated import translated_display_url, translated_request
 from ..exchange import AttemptRecord, Exchange
 from ..faults import FaultPlan
 from ..gate import GateStep
 from ..redaction import env_secrets
 from ..rules import Upstream
-from ..upstreams.messages import build_request, display_url, forwarded_response_headers, secret_header_names
+from ..upstreams.messages import (UpstreamRequest, build_request, display_url, forwarded_response_headers,
+                                  secret_header_names)
 from ..upstreams.websocket import websocket_url
 from ..ws_items import Closed
 from .answer import HttpAttempt
@@ -327,19 +331,27 @@ class ExchangeMachine:
         record.injected(fault.kind)
         observe.emit(logging.INFO, "switchyard.fault_injected", route=self.route.name, upstream=record.upstream,
                      attempt=record.attempt, kind=fault.kind, after_frames=fault.after_frames, **self.log.context)
-        self.out(Inject(record.attempt, fault))
+        speaks = attempt.upstream.api if attempt.upstream.api is not None else self.api.name
+        self.out(Inject(record.attempt, fault, speaks))
         return True
 
     def _open(self, step: UpstreamTry, now: float, *, over_http: bool = False, hedge: bool = False) -> None:
         upstream = step.upstream
         original = self.exchange.request
         turn = self.turn
-        socket = turn is not None and not over_http and turn.speaks_websocket(upstream)
+        speaks = upstream.api if upstream.api not in (None, self.api.name) else None
+        socket = turn is not None and not over_http and speaks is None and turn.speaks_websocket(upstream)
         if turn is not None and not socket and turn.warm_up:
             warm_up_here(self, turn, step, now)
             return
-        request = build_request(original, upstream, None if socket else self.api.name)
-        url = display_url(original, upstream, None if socket else self.api.name)
+        if speaks is not None:
+            built = self._translated(step, now)
+            if built is None:
+                return
+            request, url = built
+        else:
+            request = build_request(original, upstream, None if socket else self.api.name)
+            url = display_url(original, upstream, None if socket else self.api.name)
         record = AttemptRecord(attempt=len(self.exchange.attempts) + 1, upstream=upstream.name,
                                url=websocket_url(url) if socket else url, started=now,
                                request_headers=request.headers, secret_headers=secret_header_names(upstream),
@@ -355,7 +367,7 @@ class ExchangeMachine:
             command = Open(record.attempt, request, "websocket", deadlines.connect,
                            now + handshake if handshake > 0 else None)
         else:
-            attempt = HttpAttempt(step, record, deadlines, secrets)
+            attempt = HttpAttempt(step, record, deadlines, secrets, speaks=speaks)
             command = Open(record.attempt, request, "http", deadlines.connect,
                            now + deadlines.head if deadlines.head else None)
         self._live[record.attempt] = attempt
@@ -364,6 +376,31 @@ class ExchangeMachine:
         if self._hedge_s > 0 and len(self._live) == 1 and self.tries.hedge() is not None:
             self._hedged_from = record.attempt
             self.out(Timer("hedge", now + self._hedge_s))
+
+    def _translated(self, step: UpstreamTry, now: float) -> tuple[UpstreamRequest, str] | None:
+        """The request for an upstream that speaks another API, and the URL shown; None when
+        the client's content cannot be carried there: then that upstream is not asked, and
+        the route goes on as after a failure before output (docs/translation.md)."""
+        upstream = step.upstream
+        original = self.exchange.request
+        try:
+            request, translated = translated_request(original, upstream, self.api.name)
+        except Untranslatable as exc:
+            record = AttemptRecord(attempt=len(self.exchange.attempts) + 1, upstream=upstream.name,
+                                   url=translated_display_url(upstream, original.wants_stream), started=now,
+                                   secret_headers=secret_header_names(upstream))
+            self.exchange.attempts.append(record)
+            attempt = HttpAttempt(step, record, Deadlines.of(self.settings, streams=original.wants_stream,
+                                                             started=now))
+            self._live[record.attempt] = attempt
+            info = ErrorInfo(status=502, code=UNTRANSLATABLE, event_type="untranslatable",
+                             message=f"not asked: {exc.reason}")
+            self.failed(attempt, info, now)
+            return None
+        if translated.left_out:
+            observe.emit(logging.INFO, "switchyard.translated", route=self.route.name, upstream=upstream.name,
+                         api=upstream.api, left_out="; ".join(translated.left_out), **self.log.context)
+        return request, translated_display_url(upstream, original.wants_stream)
 
     def reopen_over_http(self, attempt: Attempt, now: float) -> None:
         """A WebSocket upgrade refused by an upstream that speaks HTTP: the same try,
