@@ -44,14 +44,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _in_project_venv() -> None:
-    """Run on the project's own venv (made by scripts/bootstrap) whatever python started us:
-    the provider needs aiohttp and the project's test support."""
-    venv_python = ROOT / ".venv" / "bin" / "python"
-    if Path(sys.prefix).resolve() == (ROOT / ".venv").resolve():
-        return
+    """Run on the project's own venv, with the fake provider's server installed there
+    (`scripts/bootstrap demo`, at once when it is), whatever python started us."""
     import subprocess
 
-    subprocess.run([str(ROOT / "scripts" / "bootstrap")], check=True)
+    subprocess.run([str(ROOT / "scripts" / "bootstrap"), "demo"], check=True)
+    if Path(sys.prefix).resolve() == (ROOT / ".venv").resolve():
+        return
+    venv_python = ROOT / ".venv" / "bin" / "python"
     os.execv(str(venv_python), [str(venv_python), str(Path(__file__).resolve()), *sys.argv[1:]])
 
 
