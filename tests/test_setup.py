@@ -73,7 +73,7 @@ def test_once_listening_run_says_where_the_ca_is_and_what_to_do_next(tmp_path: P
     try:
         assert process.stdout is not None
         printed: list[str] = []
-XX
+        while not any("what failed and why" in line for line in printed):  # bounded by the reads' end
             line = process.stdout.readline()
             assert line, "scripts/run ended early:\n" + "".join(printed)
             printed.append(line)
