@@ -3,6 +3,7 @@ log it shows is what happened, and the ports it opens can be pinned."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import anthropic
 import openai
+import pytest
 from google import genai
 from google.genai import types as genai_types
 
@@ -199,6 +201,88 @@ def test_the_agent_commands_trys_banner_prints_work_as_printed(tmp_path: Path) -
                                   capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
             assert done.returncode == 0, (name, done.stdout[-2000:], done.stderr[-2000:])
             assert done.stdout.strip() == wire.answer_text("backup"), name
+    finally:
+        process.terminate()
+        process.wait(20)
+
+
+def started(*args: str, cwd: Path) -> tuple[subprocess.Popen[str], str]:
+    """`scripts/try` with `args`, and what it printed before the log (up to "Ctrl-C to stop")."""
+    process = subprocess.Popen([str(ROOT / "scripts" / "try"), *args], cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    printed: list[str] = []
+    while not any("Ctrl-C to stop" in line for line in printed):  # bounded by the reads' end
+        line = process.stdout.readline()
+        if not line:
+            process.wait(20)
+            raise AssertionError("scripts/try ended early:\n" + "".join(printed))
+        printed.append(line)
+    return process, "".join(printed)
+
+
+def test_every_port_try_opens_can_be_pinned_and_its_proxy_listener_works_as_it_says(tmp_path: Path) -> None:
+    import shlex
+
+    from tests.support.mitm import child_env, free_port
+
+    port, proxy, primary, backup, web = (free_port() for _ in range(5))
+    process, text = started("--port", str(port), "--proxy-port", str(proxy), "--provider-port", str(primary),
+                            "--provider-port", str(backup), "--web-port", str(web), "--web", cwd=tmp_path)
+    try:
+        assert f"OpenAI-style clients (openai SDK, llm, Codex CLI's provider base_url):  http://127.0.0.1:{port}/primary/v1" in text
+        assert f"Switchyard also listens at http://127.0.0.1:{proxy} as an HTTP proxy" in text
+        assert f"Without Switchyard (to see what your client does on its own): http://127.0.0.1:{primary}/primary" in text
+        assert f"mitmweb: http://127.0.0.1:{web}/?token=" in text
+        rules = Path(text.split("Rules: ", 1)[1].split()[0]).read_text()
+        assert f"http://127.0.0.1:{backup}/backup/v1/chat/completions" in rules
+        # the proxy listener's example, run as printed
+        example = text.split("Proxy mode too:", 1)[1].split("\n\n", 1)[0]
+        command = example[example.index("curl"):].replace("\\\n", " ")
+        done = subprocess.run(shlex.split(command), env=child_env(), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        chunks = [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("data: {")]
+        answer = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        assert answer == wire.answer_text("backup")
+    finally:
+        process.terminate()
+        process.wait(20)
+
+
+@pytest.mark.parametrize("fail, said, not_said, answered_by", [
+    ("stall:always", ["decision=next_upstream", "switchyard.fallback_answered upstream=backup"], "decision=retry",
+     "backup"),
+    ("sse_503:1", ["decision=retry", "switchyard.retry_answered upstream=primary"], "decision=next_upstream",
+     "primary"),
+    ("http_529:always", ["decision=retry", "decision=next_upstream", "switchyard.fallback_answered upstream=backup"],
+     None, "backup"),
+])
+def test_what_try_says_will_happen_is_what_happens(tmp_path: Path, fail: str, said: list[str],
+                                                    not_said: str | None, answered_by: str) -> None:
+    process, text = started("--fail", fail, cwd=tmp_path)
+    try:
+        story = " ".join(text.split("Log:", 1)[1].split("\n", 2)[2].split())  # the paragraph after the paths
+        for words in said:
+            assert words in story, story
+        if not_said:
+            assert not_said not in story, story
+        base = text.split("OpenAI-style clients", 1)[1].split("http://", 1)[1].split()[0]
+        chat = openai.OpenAI(api_key="sk-anything", base_url=f"http://{base}", max_retries=0)
+        stream = chat.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                              stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == wire.answer_text(answered_by)
+        log = Path(text.split("Log:", 1)[1].split()[0]).read_text()
+        decisions = re.findall(r"decision=(\w+)", log) + re.findall(r"switchyard\.(\w+_answered) route=try-chat "
+                                                                   r"upstream=(\w+)", log)
+        for words in said:
+            key = words.split("=", 1)[1] if words.startswith("decision=") else None
+            if key:
+                assert key in decisions, log
+            else:
+                event, upstream = words.split()[0].removeprefix("switchyard."), words.split("=")[1]
+                assert (event, upstream) in decisions, log
+        if not_said:
+            assert not_said.split("=", 1)[1] not in decisions, log
     finally:
         process.terminate()
         process.wait(20)
