@@ -1,4 +1,4 @@
-"""The README's own tools run as a user runs them: `scripts/demo`, finding a Python, the benchmark
+"""The project's own tools run as a user runs them: `scripts/demo`, finding a Python, the benchmark
 (`scripts/fake_provider.py` and `scripts/try` have files of their own)."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_switchyard_python_comes_first(bare_machine) -> None:
 
 
 def test_the_benchmark_runs_every_path_and_every_stream_arrives_whole(tmp_path: Path) -> None:
-    """Not a measurement (no figure is asserted): the README's speed figures come from
+    """Not a measurement (no figure is asserted): docs/benchmarks.md's figures come from
     this script, so it must keep working; it checks every stream's bytes itself."""
     raw = tmp_path / "bench.json"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--concurrency", "1", "4",

@@ -128,7 +128,7 @@ def test_try_says_so_and_fails_when_mitmdump_dies_under_it(tmp_path: Path) -> No
 
 
 def test_codex_over_websocket_at_trys_base_url_gets_the_backups_answer(tmp_path: Path) -> None:
-    """The README's Codex WebSocket recipe (`-c openai_base_url=...`) at `scripts/try`'s base
+    """docs/clients.md's Codex WebSocket recipe (`-c openai_base_url=...`) at `scripts/try`'s base
     URL: the fake provider speaks no WebSocket, so Switchyard asks it over HTTP, retries and
     falls back there, and Codex's one WebSocket turn gets the backup's answer (before, the
     fake answered the upgrade with a stream: Codex reconnected five times, got 502s, and
@@ -283,6 +283,36 @@ def test_what_try_says_will_happen_is_what_happens(tmp_path: Path, fail: str, sa
                 assert (event, upstream) in decisions, log
         if not_said:
             assert not_said.split("=", 1)[1] not in decisions, log
+    finally:
+        process.terminate()
+        process.wait(20)
+
+
+def test_the_readmes_try_command_shows_what_the_readme_says(tmp_path: Path) -> None:
+    """The README's "Try it" block, run as written: a stall moves on to the backup at once
+    (no retry of the primary), as its text and its sample log say."""
+    import shlex
+
+    from tests.support.recipes import recipe
+
+    words = shlex.split(recipe("README.md", "try-stall").text)
+    assert words[0] == "scripts/try"
+    process, text = started(*words[1:], cwd=tmp_path)
+    try:
+        assert "A timeout moves on at once" in text and "decision=retry" not in text.split("Log:", 1)[1]
+        base = text.split("OpenAI-style clients", 1)[1].split("http://", 1)[1].split()[0]
+        chat = openai.OpenAI(api_key="sk-anything", base_url=f"http://{base}", max_retries=0)
+        stream = chat.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                              stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == wire.answer_text("backup")
+        log = Path(text.split("Log:", 1)[1].split()[0]).read_text()
+        readme = (ROOT / "README.md").read_text()
+        for shown in ("switchyard.attempt_failed route=try-chat upstream=primary attempt=1 phase=staging status=504 "
+                      "event=timeout decision=next_upstream message=\"no output within 5s\"",
+                      "switchyard.fallback_answered route=try-chat upstream=backup attempt=2 first_event=chunk"):
+            assert shown in readme and shown in log, shown
+        assert "decision=retry" not in log
+        assert "a timeout moves on to the backup at once" in " ".join(readme.split())
     finally:
         process.terminate()
         process.wait(20)
