@@ -148,6 +148,22 @@ def test_gemini_cli_on_its_own_reports_a_failed_stream_and_exits_0(recipe_bed: D
     assert PRIMARY not in done.stdout and len(recipe_bed.posts("primary")) > 1  # its own retries, in vain
 
 
+def test_a_client_that_does_not_trust_the_ca_fails_as_the_doc_says(recipe_bed: DocsBed) -> None:
+    """The troubleshooting note: curl's proxy recipe without --cacert fails its handshake,
+    mitmproxy logs the lines the doc shows, and nothing reaches Switchyard or the provider."""
+    doc = (Path(__file__).resolve().parents[1] / DOC).read_text()
+    text = recipe_bed.as_run(recipe(DOC, "curl-proxy").text).replace("--cacert ~/.mitmproxy/mitmproxy-ca-cert.pem ", "")
+    mark = recipe_bed.mitm.log_mark()
+    done = recipe_bed.run(text, recipe_bed.home("curl-untrusted"))
+    assert done.returncode == 60 and "curl: (60) SSL certificate problem: unable to get local issuer certificate" in (
+        done.stderr) and "curl: (60) SSL certificate problem: unable to get local issuer certificate" in doc
+    logged = recipe_bed.mitm.wait_for_log("Client TLS handshake failed", mark)
+    said = ("Client TLS handshake failed. The client does not trust the proxy's certificate for {host} "
+            "(tlsv1 alert unknown ca)")
+    assert said.format(host="api.openai.com") in logged and said.format(host="api.anthropic.com") in doc
+    assert "switchyard." not in logged and not recipe_bed.posts("primary")
+
+
 MODES = ("reverse", "proxy")
 RUN_HERE = {  # what the tests above run, by name
     *(f"{sdk}-{part}" for sdk in ("openai-sdk", "anthropic-sdk", "google-genai") for part in ("python", *MODES)),
