@@ -10,7 +10,7 @@ from pathlib import Path
 
 from switchyard_core.rules import AttemptSettings, load_rules
 from switchyard_core.rules.reference import PLACES, Place, _own, _section, render
-from switchyard_core.rules.schema import Seconds, Settings, setting
+from switchyard_core.rules.schema import Seconds, Settings, default_of, setting
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "rules.md"
@@ -54,6 +54,12 @@ def test_the_loaders_defaults_are_the_schemas_and_the_reference_shows_them() -> 
     assert settings.retry_on == {408, 429, 500, 502, 503, 504, 529}
     assert shown["continue_after_cut"] == "[]" and settings.continue_after_cut == ()
     assert set(shown) == set(Settings.model_fields), "every setting has its default in the schema"
+    # and the loader holds exactly those: none is written a second time in AttemptSettings
+    written = Settings.model_validate({name: default_of(Settings, name) for name in Settings.model_fields})
+    for name in Settings.model_fields:
+        value = getattr(written, name)
+        value = frozenset(value) if name == "retry_on" else tuple(value) if isinstance(value, list) else value
+        assert getattr(settings, name) == value, f"{name}: AttemptSettings' default is not schema.py's"
 
 
 def test_a_rules_file_that_sets_nothing_runs_on_the_defaults_the_reference_shows(tmp_path: Path) -> None:
