@@ -73,7 +73,7 @@ def test_in_stream_unavailable_twice_falls_back_to_the_backup_with_its_own_key(e
 
 
 def test_the_sdk_in_proxy_mode(env: Env) -> None:
-    """As the README says: the SDK's HTTP client takes the proxy (here a plain-HTTP upstream)."""
+    """The SDK's HTTP client takes the proxy (here a plain-HTTP upstream)."""
     env.provider.script("primary", unavailable())
     options = types.HttpOptions(base_url=env.provider.url("primary", ""), client_args={"proxy": env.mitm.proxy_url})
     sdk = genai.Client(api_key=CLIENT_KEY, http_options=options)

@@ -191,13 +191,18 @@ class WsProvider:
         with self._lock:
             return self._scripts.popleft() if self._scripts else list(answer_turn(f"resp_default{turn}"))
 
+    def answer(self, create: str, turn: int) -> list[str | bytes | float]:
+        """What answers `create` (a `response.create` text, or a POST's body), the `turn`th on its
+        connection: the next scripted turn.  A subclass may answer by what was asked."""
+        return self._next(turn)
+
     async def _post(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         with self._lock:
             self.posts.append(body)
             self.post_headers.append(dict(request.headers))
             turn = len(self.posts)
-        script = self._next(turn)
+        script = self.answer(body.decode(errors="replace"), turn)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         for item in script:
@@ -238,7 +243,7 @@ class WsProvider:
             turn += 1
             with self._lock:
                 self.creates.append(msg.data)
-            for item in self._next(turn):
+            for item in self.answer(msg.data, turn):
                 if isinstance(item, float | int):
                     await asyncio.sleep(item)
                 elif isinstance(item, bytes):
