@@ -29,9 +29,9 @@ from ..apis.errors import http_error_info
 from ..continuation import (
     Diverged,
     NotContinuable,
-    Overlap,
     Transcript,
     continuation_body,
+    overlap_for,
     read_transcript,
     reframer_for,
 )
@@ -53,7 +53,7 @@ from ..upstreams.messages import (
     transport_failure,
 )
 from .client_stream import ClientStream
-from .deadlines import Deadlines
+from .deadlines import Deadlines, effort_over
 from .log import AttemptLog
 from .read_deadline import Silence
 
@@ -113,6 +113,8 @@ class Continuation:
             for upstream in upstreams[first:]:
                 if strategy == "prefill" and not upstream.prefill:
                     continue
+                if effort_over(self.settings, cut_at, time.monotonic()):
+                    return False  # every try since the cut had its time together (deadlines.py)
                 outcome = await self._try(strategy, upstream, transcript, cut_at)
                 if outcome is _Try.FINISHED:
                     return True
@@ -152,13 +154,12 @@ class Continuation:
             continuation=strategy,
         )
         self.exchange.attempts.append(record)
-        regenerate = strategy == "regenerate"
-        overlap = Overlap(transcript.text if regenerate else wanted.echo, strict=regenerate)
-        reframer = reframer_for(transcript, overlap)
+        overlap = overlap_for(strategy, transcript.text, wanted.echo, wanted.restated)
+        reframer = reframer_for(transcript, overlap, self.settings.staging_limit)
         deadlines = Deadlines.of(self.settings, streams=True, started=record.started)
         self.client.passing_from(env_secrets(upstream))
         try:
-            async with asyncio.timeout(deadlines.headers):
+            async with asyncio.timeout(deadlines.continuation_wait(cut_at, time.monotonic(), head=True)):
                 answer = await self.http.open(request, connect_timeout_s=deadlines.connect)
         except (ConnectTimeout, TimeoutError):
             return self._failed(record, "no response headers in time")
@@ -195,7 +196,8 @@ class Continuation:
         limit = self.settings.staging_limit
 
         def through(chunk: bytes) -> None:
-            touch()
+            if first:  # before the first continued character, nothing moves its due time
+                touch()
             for frame in splitter.feed(chunk):
                 event = frame.event
                 result = classifier.classify(event)
@@ -214,6 +216,7 @@ class Continuation:
                     if not first:
                         first.append(time.monotonic())
                         self._continued(record, strategy, cut_at, transcript)
+                        silence.expect_by(deadlines.quiet_after_output)
                     write(out)
             if splitter.pending > limit:
                 # a frame is re-framed only whole: one larger than what the route lets be
@@ -221,12 +224,13 @@ class Continuation:
                 problems.append(f"a frame larger than staging_limit ({limit} bytes)")
                 body.stop()
 
-        silence.expect_by(deadlines.quiet_after_output)
+        silence.expect_by(deadlines.continuation_wait(cut_at, time.monotonic(), head=False))
         try:
             error = await self._pipe(answer, through, silence)
         except TimeoutError:
             error = None
-            problems.append(deadlines.stalled_message(after_output=False))
+            problems.append(deadlines.stalled_message(after_output=False) if first
+                            else deadlines.no_continued_text(cut_at))
         if not problems and error is not None:
             problems.append(transport_failure(error).message)
         if not problems and not classifier.complete:
@@ -239,7 +243,8 @@ class Continuation:
         if problems:
             return self._failed(record, problems[0], progressed=bool(first))
         record.continued()
-        self.answer = replace(transcript, text=reframer.whole_text)
+        whole = reframer.whole_text  # None: longer than is kept, and not carried to a later turn
+        self.answer = replace(transcript, text=whole) if whole is not None else None
         return _Try.FINISHED
 
     def _continued(self, record: AttemptRecord, strategy: str, cut_at: float, transcript: Transcript) -> None:
