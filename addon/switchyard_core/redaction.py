@@ -196,13 +196,14 @@ CLOSE_REASON_LIMIT = 123  # bytes of a WebSocket close frame's reason (RFC 6455 
 
 def redact_text(text: str, secrets: tuple[bytes, ...], *, limit: int | None = None) -> str:
     """`redact_bytes` on a short text an upstream sent whole (a header value, a close
-    reason): a value's start at its end goes too, for a sender may have cut the text
-    inside it (a close reason is at most CLOSE_REASON_LIMIT bytes).  `limit`: the
-    result is cut to that many bytes, on a character's edge (`[redacted]` is longer
-    than a short value)."""
+    reason).  With `limit` (a close reason's CLOSE_REASON_LIMIT bytes, which its sender
+    may have cut inside a value) a value's start at its end goes too (`redact_cut`), and
+    the result is cut to `limit` bytes on a character's edge (`[redacted]` is longer than
+    a short value)."""
     if not secrets:
         return text
-    out = redact_cut(text.encode("utf-8", "surrogateescape"), secrets).decode("utf-8", "surrogateescape")
+    data = text.encode("utf-8", "surrogateescape")
+    out = (redact_bytes(data, secrets) if limit is None else redact_cut(data, secrets)).decode("utf-8", "surrogateescape")
     if limit is not None:
         while len(out.encode("utf-8", "surrogateescape")) > limit:
             out = out[:-1]

@@ -168,7 +168,7 @@ class Continuation:
         try:
             record.answered(answer.status, request_id(answer.headers))
             if not 200 <= answer.status < 300:
-                body, _ = await read_bounded(answer, ERROR_BODY_LIMIT, deadlines.headers)
+                body, _ = await read_bounded(answer, ERROR_BODY_LIMIT, deadlines.error_body)
                 record.kept(answer.status, forwarded_response_headers(answer.headers), body)
                 info = http_error_info(answer.status, body)
                 return self._failed(record, info.message or f"HTTP {answer.status}", code=info.code or info.type)
