@@ -185,7 +185,19 @@ class Driver:
 
     def _task(self, number: int, work: "asyncio._CoroutineLike[None]") -> None:
         reading = self._reading.setdefault(number, _Reading())
-        reading.task = asyncio.get_running_loop().create_task(work)
+        task = reading.task = asyncio.get_running_loop().create_task(work)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: "asyncio.Task[None]") -> None:
+        """An exception no event reports (a bug, a request that cannot be written) must
+        cost this exchange, not leave it waiting for an event that never comes."""
+        failure = None if task.cancelled() else task.exception()
+        if failure is None or self._done.done():
+            return
+
+        def crashed() -> list[Command]:
+            raise failure
+        self._event(crashed)
 
     # --- opening ----------------------------------------------------------------------------------
 

@@ -197,6 +197,7 @@ class ExchangeMachine:
         if plan.action == "give_up" and forward is not None:
             for other in [a for a in self._live.values() if a is not attempt]:
                 self._lost(other)
+            self._answer_chosen()  # the client's answer is this failure: no hedge may follow it
             forward()  # the attempt goes on, passing the rest as it comes (or it finished the exchange)
             return
         self._drop(attempt)
@@ -221,12 +222,9 @@ class ExchangeMachine:
     def commit(self, attempt: Attempt, first_event: str) -> None:
         """The first output: this attempt's answer is the client's from now on (one
         hedged against it is stopped before any of its bytes reach the client)."""
-        self._committed = True
         for other in [a for a in self._live.values() if a is not attempt]:
             self._lost(other)
-        if self._hedged_from is not None:
-            self._hedged_from = None
-            self.out(Timer("hedge", None))
+        self._answer_chosen()
         self.tries.succeeded(attempt.upstream.name, attempt.record.started)
         self.end.committed(attempt.record, first_event)
         if self.turn is not None:
@@ -283,6 +281,14 @@ class ExchangeMachine:
             self._hedged_from = None
             self.out(Timer("hedge", None))
 
+    def _answer_chosen(self) -> None:
+        """The client's answer is one attempt's from now on (its output, or its failure
+        forwarded as sent): no other upstream is asked beside it."""
+        self._committed = True
+        if self._hedged_from is not None:
+            self._hedged_from = None
+            self.out(Timer("hedge", None))
+
     def _lost(self, attempt: Attempt) -> None:
         """Of two attempts hedged against each other, the other produced output first."""
         attempt.lose()
@@ -328,12 +334,15 @@ class ExchangeMachine:
         self.out(Inject(record.attempt, fault, speaks))
         return True
 
-    def _open(self, step: UpstreamTry, now: float, *, over_http: bool = False, hedge: bool = False) -> None:
+    def _open(self, step: UpstreamTry, now: float, *, over_http: bool = False, hedge: bool = False,
+              replacing: AttemptRecord | None = None) -> None:
         turn = self.turn
         if turn is not None and turn.warm_up and not (not over_http and speaks_websocket(self, step.upstream)):
+            if replacing is not None:
+                self.exchange.attempts.remove(replacing)
             warm_up_here(self, turn, step, now)
             return
-        made = new_attempt(self, step, now, over_http=over_http, hedge=hedge)
+        made = new_attempt(self, step, now, over_http=over_http, hedge=hedge, replacing=replacing)
         if isinstance(made, Untranslatable):
             # not asked: the route goes on as after a failure before output (docs/translation.md)
             attempt, info = untranslatable(self, step, now, made)
@@ -351,7 +360,7 @@ class ExchangeMachine:
 
     def reopen_over_http(self, attempt: Attempt, now: float) -> None:
         """A WebSocket upgrade refused by an upstream that speaks HTTP: the same try,
-        over HTTP; the refused upgrade was no attempt of the turn."""
+        over HTTP; the refused upgrade was no attempt of the turn.  The new attempt takes
+        its place and number: a hedge opened meanwhile has the next one, and must keep it."""
         self._live.pop(attempt.number, None)
-        self.exchange.attempts.remove(attempt.record)
-        self._open(attempt.step, now, over_http=True, hedge=attempt.record.hedge)
+        self._open(attempt.step, now, over_http=True, hedge=attempt.record.hedge, replacing=attempt.record)

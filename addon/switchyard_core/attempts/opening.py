@@ -39,9 +39,10 @@ def speaks_websocket(core: Core, upstream: Upstream) -> bool:
     return turn is not None and speaks_another_api(core, upstream) is None and turn.speaks_websocket(upstream)
 
 
-def new_attempt(core: Core, step: UpstreamTry, now: float, *, over_http: bool = False,
-                hedge: bool = False) -> tuple[Attempt, Open] | Untranslatable:
-    """The attempt and the command that sends it; recorded on the exchange."""
+def new_attempt(core: Core, step: UpstreamTry, now: float, *, over_http: bool = False, hedge: bool = False,
+                replacing: AttemptRecord | None = None) -> tuple[Attempt, Open] | Untranslatable:
+    """The attempt and the command that sends it; recorded on the exchange (`replacing`:
+    in that record's place and under its number, which no other attempt has)."""
     upstream = step.upstream
     original = core.exchange.request
     speaks = speaks_another_api(core, upstream)
@@ -58,10 +59,14 @@ def new_attempt(core: Core, step: UpstreamTry, now: float, *, over_http: bool = 
     else:
         api = None if socket else core.api.name
         request, url = build_request(original, upstream, api), display_url(original, upstream, api)
-    record = AttemptRecord(attempt=len(core.exchange.attempts) + 1, upstream=upstream.name,
-                           url=websocket_url(url) if socket else url, started=now, request_headers=request.headers,
-                           secret_headers=secret_header_names(upstream), hedge=hedge)
-    core.exchange.attempts.append(record)
+    records = core.exchange.attempts
+    record = AttemptRecord(attempt=replacing.attempt if replacing is not None else len(records) + 1,
+                           upstream=upstream.name, url=websocket_url(url) if socket else url, started=now,
+                           request_headers=request.headers, secret_headers=secret_header_names(upstream), hedge=hedge)
+    if replacing is not None:
+        records[records.index(replacing)] = record
+    else:
+        records.append(record)
     deadlines = Deadlines.of(core.settings, streams=original.wants_stream, started=now)
     secrets = env_secrets(upstream)
     if socket:

@@ -31,7 +31,7 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 from .. import observe
 from .answer_head import answer_headers, shown_names
 from .connection import Key, UpstreamAnswer, UpstreamConnection
-from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest, origin_of
+from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest, origin_of, unresolvable
 from .pool import ConnectionPool
 
 ConnectHook = Callable[[http.HTTPFlow], Awaitable[None]]
@@ -167,6 +167,10 @@ class UpstreamClient:
             if connection is not None:
                 connection.close()
             raise ConnectTimeout(f"no connection within {timeout_s or 0:g}s") from None
+        except UnicodeError as exc:
+            if connection is not None:
+                connection.close()
+            raise unresolvable(exc) from None
         except BaseException:
             if connection is not None:
                 connection.close()

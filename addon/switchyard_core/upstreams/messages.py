@@ -317,6 +317,12 @@ async def read_bounded(answer: Answer, limit: int, timeout_s: float | None) -> t
     return b"".join(chunks)[:limit], complete
 
 
+def unresolvable(exc: UnicodeError) -> socket.gaierror:
+    """A host name that cannot be encoded for DNS (an empty label, one over 63 characters)
+    is a name that does not resolve: the resolver raises a UnicodeError, no OSError, for it."""
+    return socket.gaierror(socket.EAI_NONAME, f"name does not resolve ({exc})")
+
+
 def unreachable(exc: BaseException) -> bool:
     """Whether a transport failure says the upstream cannot be reached at all (refused, a
     name that does not resolve, unreachable, TLS), rather than that it broke off an answer."""

@@ -31,7 +31,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from ..redaction import CLOSE_REASON_LIMIT, redact_bytes, redact_cut, redact_headers, redact_text
 from ..ws_items import Binary, Closed, Item
-from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest
+from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest, unresolvable
 
 # a message (or a refused handshake's body) larger than this breaks the connection
 MESSAGE_LIMIT = 64 * 1024 * 1024
@@ -253,6 +253,9 @@ async def open_socket(request: UpstreamRequest, tls: Callable[[], ssl.SSLContext
     except TimeoutError:
         socket.abort()
         raise ConnectTimeout(f"no connection within {connect_timeout_s:g}s") from None
+    except UnicodeError as exc:
+        socket.abort()
+        raise unresolvable(exc) from None
     except BaseException:
         socket.abort()
         raise
