@@ -1,19 +1,33 @@
-"""The attempt core where two things race: a hedge and a forwarded failure, a hedge and
-a refused WebSocket upgrade (tests/support/core_playbook.py).  Each test drives an
-order of events that a real exchange can take and asserts what the client gets."""
+"""The attempt core where two things meet: a hedge and a forwarded failure, a hedge's
+fatal failure beside a slow primary, a hedge and a refused WebSocket upgrade, a whole
+(non-streaming) answer and the hedge or outage memory (tests/support/core_playbook.py).
+Each test drives an order of events a real exchange can take and asserts what the
+client gets, or what later requests are told."""
 
 from __future__ import annotations
 
 import json
 
 from switchyard_core.attempts.commands import Expect, Finished, Open, Pipe, Stop, Timer
+from switchyard_core.attempts.outages import Outages
 from switchyard_core.attempts.turn_context import TurnContext
 
 from tests.support import wire
-from tests.support.core_playbook import Play, only, opened_to, upstream
+from tests.support.core_playbook import JSON, Play, only, opened_to, upstream
 
 INVALID = wire.data({"error": {"message": "unknown parameter", "type": "invalid_request_error",
                                "code": "unknown_parameter"}})
+
+BAD_KEY = json.dumps({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                "code": "invalid_api_key"}}).encode()
+
+
+def _answer(name: str) -> list[bytes]:
+    return wire.chat_stream(f"answer from {name}")
+
+
+def _whole(name: str) -> bytes:
+    return json.dumps(wire.chat_completion(f"answer from {name}")).encode()
 
 
 def _messages(text: str, rid: str) -> list[bytes]:
@@ -56,3 +70,58 @@ def test_a_refused_upgrade_reopened_over_http_keeps_clear_of_the_hedge_beside_it
     assert play.sink.body == b"".join(m + b"\n" for m in messages)
     assert [(r.attempt, r.upstream, r.outcome) for r in play.exchange.attempts] == [
         (1, "a", "hedge_lost"), (2, "b", "committed")]
+
+
+def test_a_hedges_fatal_failure_does_not_cost_the_slow_primarys_answer() -> None:
+    """A backup with a wrong key answers the hedge 401 at once: without the hedge the
+    primary's slow answer would have been the client's, and so it still is."""
+    play = Play(upstream("a"), upstream("b"), hedge_after_s=2)
+    play.start()
+    play.opened(1)
+    play.at(2).due("hedge")
+    play.opened(2, 401, JSON)
+    commands = play.read(2, BAD_KEY)
+    assert Stop(2) in commands and Stop(1) not in commands and not only(commands, Finished)
+    play.at(5).data(1, *_answer("a"))
+    assert only(play.ended(1), Finished)
+    assert (play.sink.status, play.sink.body) == (200, b"".join(_answer("a")))
+    assert play.outcomes == [("a", "committed"), ("b", "fatal")]
+
+
+def test_the_primarys_own_fatal_failure_is_still_forwarded_and_the_hedge_stopped() -> None:
+    play = Play(upstream("a"), upstream("b"), hedge_after_s=2)
+    play.start()
+    play.at(2).due("hedge")
+    play.opened(1, 401, JSON)
+    commands = play.read(1, BAD_KEY)
+    assert Stop(2) in commands and only(commands, Finished)
+    assert (play.sink.status, play.sink.body) == (401, BAD_KEY)
+
+
+def test_a_whole_answer_that_wins_a_hedge_stops_the_other_as_lost() -> None:
+    play = Play(upstream("a"), upstream("b"), hedge_after_s=2, stream=False)
+    play.start()
+    play.opened(1, 200, JSON)
+    play.at(2).due("hedge")
+    play.opened(2, 200, JSON)
+    commands = play.read(2, _whole("b"))
+    assert Stop(1) in commands and only(commands, Finished)
+    assert (play.sink.status, play.sink.body, play.sink.whole) == (200, _whole("b"), True)
+    assert play.outcomes == [("a", "hedge_lost"), ("b", "committed")]
+
+
+def test_a_whole_answer_from_a_probed_upstream_ends_its_outage_memory() -> None:
+    """Non-streaming requests are most SDK calls: the probe that a whole answer won must
+    clear the memory, as a stream's first output does, or the upstream stays listed as
+    skipped and concurrent requests keep going around it."""
+    outages = Outages()
+    first = Play(upstream("a"), upstream("b"), outages=outages, stream=False, unreachable_skip_s=10)
+    first.start()
+    first.open_failed(1, "transport", ConnectionRefusedError("refused"))
+    probe = Play(upstream("a"), upstream("b"), outages=outages, stream=False, unreachable_skip_s=10, start_at=11)
+    assert opened_to(probe.start()) == ["a"]
+    probe.opened(1, 200, JSON)
+    probe.read(1, _whole("a"))
+    assert outages.status(1012.0) == []
+    beside = Play(upstream("a"), upstream("b"), outages=outages, stream=False, unreachable_skip_s=10, start_at=12)
+    assert opened_to(beside.start()) == ["a"] and beside.exchange.skipped == []

@@ -165,7 +165,7 @@ class HttpAttempt(Attempt):
     def _commit_whole(self, core: Core, first_event: str) -> bool:
         """Commit a non-streaming answer; True if the client already had a stream's
         headers (keepalive promised one), and was told in-band that this is none."""
-        core.end.committed(self.record, first_event)
+        core.commit_whole(self, first_event)
         core.client.passing_from(self.secrets)
         if not core.client.headers_sent:
             return False

@@ -67,6 +67,10 @@ class Core(Protocol):
         """The first output: this attempt's answer is the client's from now on."""
         ...
 
+    def commit_whole(self, attempt: "Attempt", first_event: str) -> None:
+        """A whole answer is the client's (the attempt writes it): others stopped, memory told."""
+        ...
+
     def stop(self, attempt: "Attempt") -> None:
         """Done with this attempt's answer (read to its end, or given up on)."""
         ...

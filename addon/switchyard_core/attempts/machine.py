@@ -191,8 +191,11 @@ class ExchangeMachine:
         plan = verdict.plan
         self.log.failed(attempt.record, info, verdict.outcome, plan.delay_s if plan.action == "retry" else None)
         self.tries.failed(attempt.upstream.name, info, verdict.decision, kind, headers, now)
-        if len(self._live) > 1 and verdict.decision is not Decision.FATAL:
-            self._drop(attempt)  # the attempt hedged against it carries on
+        if len(self._live) > 1 and (verdict.decision is not Decision.FATAL or self._asked_before(attempt)):
+            # the attempt hedged against it carries on; a hedge's fatal failure (a backup's
+            # wrong key) must not cost the answer of the upstream asked before it, which
+            # without the hedge would have been the client's: kept for the end, should that fail
+            self._drop(attempt)
             return
         if plan.action == "give_up" and forward is not None:
             for other in [a for a in self._live.values() if a is not attempt]:
@@ -222,11 +225,7 @@ class ExchangeMachine:
     def commit(self, attempt: Attempt, first_event: str) -> None:
         """The first output: this attempt's answer is the client's from now on (one
         hedged against it is stopped before any of its bytes reach the client)."""
-        for other in [a for a in self._live.values() if a is not attempt]:
-            self._lost(other)
-        self._answer_chosen()
-        self.tries.succeeded(attempt.upstream.name, attempt.record.started)
-        self.end.committed(attempt.record, first_event)
+        self.commit_whole(attempt, first_event)
         if self.turn is not None:
             self.turn.committed(first_event)
         self.out(Timer("keepalive", None))
@@ -237,6 +236,16 @@ class ExchangeMachine:
             status, headers = attempt.head_for_client()
             self.client.start(status, forwarded_response_headers(headers), attempt.upstream.name)
         attempt.committed(self, first_event)
+
+    def commit_whole(self, attempt: Attempt, first_event: str) -> None:
+        """This attempt's answer is the client's, which the attempt writes itself (a whole
+        answer; `commit` for a stream): an attempt hedged against it lost, and the outage
+        memory hears that its upstream answered."""
+        for other in [a for a in self._live.values() if a is not attempt]:
+            self._lost(other)
+        self._answer_chosen()
+        self.tries.succeeded(attempt.upstream.name, attempt.record.started)
+        self.end.committed(attempt.record, first_event)
 
     def cut(self, attempt: Attempt, message: str, code: Cut, now: float, closed: Closed | None = None) -> None:
         self._drop(attempt)  # given up on: it must not go on generating while another finishes the answer
@@ -280,6 +289,11 @@ class ExchangeMachine:
         if self._hedged_from == attempt.number:
             self._hedged_from = None
             self.out(Timer("hedge", None))
+
+    def _asked_before(self, attempt: Attempt) -> bool:
+        """Whether an upstream before this one in the order is still being asked (this
+        one is a hedge against it)."""
+        return any(other.step.index < attempt.step.index for other in self._live.values() if other is not attempt)
 
     def _answer_chosen(self) -> None:
         """The client's answer is one attempt's from now on (its output, or its failure
