@@ -25,20 +25,7 @@ from ..upstreams.messages import Answer, ConnectTimeout, Upstreams, UpstreamRequ
 from ..upstreams.websocket import Refused
 from ..ws_items import Closed, Item
 from .client_stream import ClientSink, HeldSink
-from .commands import (
-    CloseClient,
-    Command,
-    Expect,
-    Finished,
-    Inject,
-    Open,
-    Pipe,
-    Read,
-    Stop,
-    Timer,
-    TimerName,
-    UseHttp,
-)
+from .commands import CloseClient, Command, Expect, Finished, Inject, Open, Pipe, Read, Stop, Timer, TimerName, UseHttp
 from .faulty_answer import FaultyAnswer
 from .machine import ExchangeMachine
 from .timers import AttemptTimer
@@ -189,15 +176,11 @@ class Driver:
         task.add_done_callback(self._task_done)
 
     def _task_done(self, task: "asyncio.Task[None]") -> None:
-        """An exception no event reports (a bug, a request that cannot be written) must
-        cost this exchange, not leave it waiting for an event that never comes."""
+        """An exception no event reports (a bug, a request that cannot be written) costs
+        this exchange: never a client waiting for an event that never comes."""
         failure = None if task.cancelled() else task.exception()
-        if failure is None or self._done.done():
-            return
-
-        def crashed() -> list[Command]:
-            raise failure
-        self._event(crashed)
+        if failure is not None and not self._done.done():
+            self._event(lambda: _reraise(failure))
 
     # --- opening ----------------------------------------------------------------------------------
 
@@ -347,9 +330,7 @@ class Driver:
             reading.body = None
         failure = done.exception()
         if failure is not None:  # raised in the read callback: a bug
-            def crashed() -> list[Command]:
-                raise failure
-            self._event(crashed)
+            self._event(lambda: _reraise(failure))
             return
         error = done.result()
         self._event(lambda: self.machine.ended(number, error, now()))
@@ -402,3 +383,8 @@ def _loop_time(deadline: float | None) -> float | None:
         return None
     return asyncio.get_running_loop().time() + (deadline - time.monotonic())
 
+
+
+def _reraise(failure: BaseException) -> list[Command]:
+    """An exception raised where no event could say it, raised again inside `_event`."""
+    raise failure
