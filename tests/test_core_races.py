@@ -6,11 +6,13 @@ client gets, or what later requests are told."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from switchyard_core.attempts.commands import Expect, Finished, Open, Pipe, Stop, Timer
 from switchyard_core.attempts.outages import Outages
 from switchyard_core.attempts.turn_context import TurnContext
+from switchyard_core.exchange import OriginalRequest
 
 from tests.support import wire
 from tests.support.core_playbook import JSON, Play, only, opened_to, upstream
@@ -125,3 +127,23 @@ def test_a_whole_answer_from_a_probed_upstream_ends_its_outage_memory() -> None:
     assert outages.status(1012.0) == []
     beside = Play(upstream("a"), upstream("b"), outages=outages, stream=False, unreachable_skip_s=10, start_at=12)
     assert opened_to(beside.start()) == ["a"] and beside.exchange.skipped == []
+
+
+def test_an_upstream_not_asked_because_the_request_cannot_be_carried_there_keeps_its_outage_memory() -> None:
+    """A request with audio cannot go to an Anthropic backup: it was not asked, so nothing
+    was learnt of it.  Its memory (it cannot be reached) stays for later requests, and
+    the probe this request held goes to the next one."""
+    outages = Outages()
+    claude = dataclasses.replace(upstream("b", api="anthropic-messages"), api="anthropic-messages", model="claude-x")
+    first = Play(claude, upstream("a"), outages=outages, unreachable_skip_s=10)
+    first.start()
+    first.open_failed(1, "transport", ConnectionRefusedError("refused"))
+    audio = Play(claude, upstream("a"), outages=outages, unreachable_skip_s=10, start_at=11)  # b's probe is due
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]}]}
+    audio.exchange.request = OriginalRequest.of("POST", "https://origin.example/v1/chat/completions",
+                                                (("Content-Type", "application/json"),), json.dumps(body).encode(), body)
+    assert opened_to(audio.start()) == ["a"]
+    assert audio.outcomes == [("b", "next_upstream"), ("a", "pending")]
+    assert outages.status(1011.5) == ["route=r upstream=b skipped: cannot be reached (connection refused or "
+                                      "unreachable); the next request probes it"]

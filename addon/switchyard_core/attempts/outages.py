@@ -275,13 +275,15 @@ class Visit:
 
     def end(self) -> None:
         """The request is over: the probes it claimed and did not settle go to the next request."""
-        memories = self._memories()
-        if memories is None:
-            return
         for name in self._upstreams:
-            memory = memories.get((self._route, name))
-            if memory is not None and memory.prober == self.id:
-                memory.prober = None
+            self.release(name)
+
+    def release(self, upstream: str) -> None:
+        """This request will not try `upstream` after all: its probe, if it held it, goes to the next request."""
+        memories = self._memories()
+        memory = memories.get((self._route, upstream)) if memories is not None else None
+        if memory is not None and memory.prober == self.id:
+            memory.prober = None
 
     def _memories(self) -> dict[_Key, _Memory] | None:
         """The memory to report to, or None when it was forgotten after this visit began

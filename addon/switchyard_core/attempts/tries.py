@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from .. import observe
 from ..apis import Decision, ErrorInfo
+from ..apis.errors import UNTRANSLATABLE
 from ..retry import Plan, retry_after_s
 from ..rules import Route, Upstream
 from .outages import FailureKind, Outages, Visit
@@ -77,6 +78,11 @@ class Tries:
     def failed(self, upstream: str, info: ErrorInfo, decision: Decision, kind: FailureKind | None,
                headers: Mapping[str, str] | None, now: float) -> None:
         if self.visit is None:
+            return
+        if info.code == UNTRANSLATABLE:
+            # not asked (the request cannot be carried into its API): nothing was learnt of it,
+            # and its probe, if this request held it, goes to the next request
+            self.visit.release(upstream)
             return
         stated = retry_after_s(headers)
         if stated is None:
