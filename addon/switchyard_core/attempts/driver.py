@@ -326,8 +326,7 @@ class Driver:
         if reading is None or done.cancelled():
             return  # stopped: the core is done with it
         if reading.body is not None:
-            self.machine.client.sink.pace(None)
-            reading.body = None
+            self._unpace(reading)
         failure = done.exception()
         if failure is not None:  # raised in the read callback: a bug
             self._event(lambda: _reraise(failure))
@@ -360,13 +359,18 @@ class Driver:
         if reading.task is not None and not reading.task.done() and reading.task is not asyncio.current_task():
             reading.task.cancel()
         if reading.body is not None:
-            self.machine.client.sink.pace(None)
             reading.body.stop()
-            reading.body = None
+            self._unpace(reading)
         if reading.answer is not None:
             reading.answer.close()
         elif self.sockets is not None:
             self.sockets.release(number, drop)
+
+    def _unpace(self, reading: _Reading) -> None:
+        """Its body is piped no more: the client's pace goes to the body still piped (a
+        hedge's winner, piped before this one), else to none."""
+        reading.body = None
+        self.machine.client.sink.pace(next((r.body for r in self._reading.values() if r.body is not None), None))
 
     def _timer(self, name: TimerName, at: float | None) -> None:
         handle = self._timers.pop(name, None)

@@ -1,0 +1,92 @@
+"""The attempt core's driver with scripted upstreams (tests/support/loop_playbook.py):
+whatever goes wrong inside an attempt's I/O the exchange ends and the client hears
+it, and a hedge's winner is the answer held back while the client cannot keep up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from switchyard_core.attempts import Driver, ExchangeMachine
+from switchyard_core.exchange import Exchange, OriginalRequest
+from switchyard_core.rules import AttemptSettings, Route
+from switchyard_core.upstreams.body import Body
+from switchyard_core.upstreams.messages import UpstreamRequest
+
+from tests.support import wire
+from tests.support.loop_playbook import RecordingSink, ScriptedUpstreams, play, upstream
+
+PRIMARY, BACKUP = "primary.example", "backup.example"
+
+
+async def test_an_attempt_whose_io_raises_what_no_event_reports_still_ends_the_exchange() -> None:
+    """A request that cannot be written (a header with a line break: `_request_head`'s
+    ValueError) is no transport failure: it costs this exchange, told in the API's
+    shape, instead of a client waiting for an event that never comes."""
+    upstreams = ScriptedUpstreams({PRIMARY: [ValueError("header 'x-note' holds a line break or colon; not sent")]})
+    exchange, client = await asyncio.wait_for(play(upstreams, upstream(PRIMARY), upstream(BACKUP)), 10)
+    assert client.status == 502 and client.whole
+    assert json.loads(client.body)["error"]["code"] == "switchyard_internal_error"
+    assert exchange.outcome == "internal_error"
+
+
+class _OpenAnswer:
+    """A stream whose body the test feeds as it goes."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.headers = CIMultiDictProxy(CIMultiDict({"Content-Type": "text/event-stream"}))
+        self.body = Body()
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _OpenUpstreams:
+    def __init__(self) -> None:
+        self.answers: dict[str, _OpenAnswer] = {}
+        self.asked: dict[str, asyncio.Event] = {PRIMARY: asyncio.Event(), BACKUP: asyncio.Event()}
+
+    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None,
+                   sent: Callable[[bool], None] | None = None) -> _OpenAnswer:
+        host = request.url.split("/")[2]
+        answer = self.answers[host] = _OpenAnswer()
+        self.asked[host].set()
+        return answer
+
+
+class _PacedClient(RecordingSink):
+    """The relay's answer as far as pacing goes: the one answer it holds back while the client reads nothing."""
+
+    producer: Body | None = None
+
+    def pace(self, producer: Body | None) -> None:
+        self.producer = producer
+
+
+async def test_the_answer_that_wins_a_hedge_is_the_one_held_back_for_a_slow_client() -> None:
+    """Both answers were piped (each registered for pacing); when the loser is stopped,
+    the winner's must be the one paused while the client cannot keep up, or a slow
+    client makes the relay buffer the whole answer."""
+    upstreams = _OpenUpstreams()
+    route = Route(name="chat", api="openai-chat", upstreams=(upstream(PRIMARY), upstream(BACKUP)),
+                  settings=AttemptSettings(pre_answer_keepalive_s=0, hedge_after_s=0.01))
+    body = {"model": "gpt-4o", "stream": True, "messages": []}
+    request = OriginalRequest.of("POST", "https://api.openai.com/v1/chat/completions",
+                                 (("Content-Type", "application/json"),), json.dumps(body).encode(), body)
+    client = _PacedClient()
+    run = asyncio.ensure_future(Driver(ExchangeMachine(Exchange(route, request), client), upstreams).run())
+    await asyncio.wait_for(upstreams.asked[BACKUP].wait(), 10)  # the hedge, beside a silent primary
+    await asyncio.sleep(0)  # its head is read and its body piped
+    primary, frames = upstreams.answers[PRIMARY], wire.chat_stream("answer from primary")
+    primary.body.feed(b"".join(frames[:2]))  # the primary's first output wins
+    assert upstreams.answers[BACKUP].closed
+    assert client.producer is primary.body
+    primary.body.feed(b"".join(frames[2:]))
+    primary.body.end()
+    await asyncio.wait_for(run, 10)
+    assert client.body == b"".join(frames) and client.producer is None
