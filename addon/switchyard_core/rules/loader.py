@@ -348,9 +348,12 @@ def load_rules(path: Path) -> Rules:
             if header_problems:
                 continue
             where = f"{path}:{line_of(u_loc, lines)}"
-            if api is not None and upstream_spec.api not in (None, api) and upstream_spec.model is None:
-                problem(u_loc + ("api",), f"an upstream that speaks {upstream_spec.api} on a {api} route needs "
-                                          "`model:` (the client's model means nothing there)")
+            if api is not None and upstream_spec.api not in (None, api) and (
+                    upstream_spec.model is None or upstream_spec.url == "original"):
+                field, needs = ("api", "`model:` (the client's model means nothing there)") \
+                    if upstream_spec.model is None else ("url", f"its own url (`original` is where the client's {api} "
+                                                                "request was going)")
+                problem(u_loc + (field,), f"an upstream that speaks {upstream_spec.api} on a {api} route needs {needs}")
                 continue
             resolved = _resolve_upstream(upstream_spec, settings.retries, where, warnings)
             if resolved is not None and resolved.api == api:
