@@ -92,7 +92,9 @@ class UpstreamSockets:
         self._talks.pop(link, None)
         if not self._talks:
             self.session.turn_released()
-        if drop or not link.open:
+        if drop or not link.open or (self._talks and link is not self.current):
+            # (a hedge that failed beside an attempt still answering the turn: its socket
+            # is not the turn's, and must not take the place of the one still answering)
             self.drop(link)
             return
         if link is not self.current:  # the turn was answered on it: the connection's socket from now on
