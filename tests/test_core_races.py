@@ -147,3 +147,19 @@ def test_an_upstream_not_asked_because_the_request_cannot_be_carried_there_keeps
     assert audio.outcomes == [("b", "next_upstream"), ("a", "pending")]
     assert outages.status(1011.5) == ["route=r upstream=b skipped: cannot be reached (connection refused or "
                                       "unreachable); the next request probes it"]
+
+
+def test_a_turns_first_output_bound_covers_its_websocket_handshake_as_it_covers_an_http_head() -> None:
+    """first_output_timeout_s counts from the attempt's start on every transport: an
+    upstream whose handshake hangs is moved past when the first output is due, as one
+    whose HTTP head hangs is, not after headers_timeout_s."""
+    create = {"type": "response.create", "model": "gpt-4o", "input": "hi"}
+    a = upstream("a", api="openai-responses", websocket=None)
+    b = upstream("b", api="openai-responses", websocket=None)
+    turn = TurnContext(1, json.dumps(create), create, True, (a, b), lambda u: True)
+    play = Play(a, b, api="openai-responses", turn=turn, first_output_timeout_s=5, headers_timeout_s=30)
+    (opening,) = only(play.start(), Open)
+    assert (opening.over, opening.head_by) == ("websocket", 1005.0)
+    commands = play.at(5).open_failed(1, "head_timeout")
+    assert opened_to(commands) == ["b"]
+    assert play.exchange.attempts[0].message == "no output within 5s"

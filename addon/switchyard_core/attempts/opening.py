@@ -69,13 +69,13 @@ def new_attempt(core: Core, step: UpstreamTry, now: float, *, over_http: bool = 
         records.append(record)
     deadlines = Deadlines.of(core.settings, streams=original.wants_stream, started=now)
     secrets = env_secrets(upstream)
+    # the head, or the handshake: within headers_timeout_s, and never past when the first output is due
+    head_by = now + deadlines.head if deadlines.head else None
     if socket:
-        handshake = core.settings.headers_timeout_s
         return (SocketAttempt(step, record, deadlines, secrets, turn=core.turn),
-                Open(record.attempt, request, "websocket", deadlines.connect,
-                     now + handshake if handshake > 0 else None))
+                Open(record.attempt, request, "websocket", deadlines.connect, head_by))
     return (HttpAttempt(step, record, deadlines, secrets, speaks=speaks),
-            Open(record.attempt, request, "http", deadlines.connect, now + deadlines.head if deadlines.head else None))
+            Open(record.attempt, request, "http", deadlines.connect, head_by))
 
 
 def untranslatable(core: Core, step: UpstreamTry, now: float, refused: Untranslatable) -> tuple[Attempt, ErrorInfo]:

@@ -65,6 +65,8 @@ class SocketAttempt(Attempt):
         return self.turn
 
     def head_timeout(self, core: Core) -> ErrorInfo:
+        if self.deadlines.head_waits_for == "output":
+            return self.deadlines.no_head()  # the first output's bound came first
         return ErrorInfo(status=504, message=f"no WebSocket handshake answer within {core.settings.headers_timeout_s:g}s",
                          event_type="timeout", retryable_hint=True)
 
