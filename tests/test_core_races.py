@@ -163,3 +163,14 @@ def test_a_turns_first_output_bound_covers_its_websocket_handshake_as_it_covers_
     commands = play.at(5).open_failed(1, "head_timeout")
     assert opened_to(commands) == ["b"]
     assert play.exchange.attempts[0].message == "no output within 5s"
+
+
+def test_a_stream_whose_head_never_comes_is_bounded_by_request_timeout_s_when_headers_timeout_s_is_off() -> None:
+    """headers_timeout_s: 0 lifts the head's own bound, not the first output's: that is
+    due request_timeout_s from the attempt's start, and a head must come before it.
+    (Behind the pre-answer keepalive a client never gives up on its own.)"""
+    play = Play(upstream("a"), upstream("b"), headers_timeout_s=0, first_output_timeout_s=0, request_timeout_s=600)
+    (opening,) = only(play.start(), Open)
+    assert opening.head_by == 1600.0
+    assert opened_to(play.at(600).open_failed(1, "head_timeout")) == ["b"]
+    assert play.exchange.attempts[0].message == "no output within 600s"

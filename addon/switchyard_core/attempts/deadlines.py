@@ -50,9 +50,13 @@ class Deadlines:
     @classmethod
     def of(cls, settings: AttemptSettings, *, streams: bool, started: float) -> Deadlines:
         if streams:
-            bounds = [t for t in (settings.headers_timeout_s, settings.first_output_timeout_s) if t > 0]
+            # the head comes before the first output, which is due by request_timeout_s (and
+            # first_output_timeout_s) from the start: with headers_timeout_s off, still bounded
+            bounds = [t for t in (settings.headers_timeout_s, settings.first_output_timeout_s,
+                                  settings.request_timeout_s) if t > 0]
             head = min(bounds) if bounds else None
-            waits_for = "output" if head and head == settings.first_output_timeout_s else "response headers"
+            by_headers = head is None or (head == settings.headers_timeout_s and head != settings.first_output_timeout_s)
+            waits_for = "response headers" if by_headers else "output"
         else:
             head = _bound(settings.request_timeout_s)  # the whole answer, headers included
             waits_for = "complete answer"
