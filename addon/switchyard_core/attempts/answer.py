@@ -93,9 +93,11 @@ class HttpAttempt(Attempt):
     def _whole_body(self, core: Core, body: bytes, complete: bool, error: BaseException | None, timed_out: bool,
                     now: float) -> None:
         if timed_out:
+            self._show(core, body)
             core.failed(self, self.deadlines.incomplete(), now, timed_out=True)
             return
         if error is not None:
+            self._show(core, body)
             core.failed(self, transport_failure(error), now)
             return
         if not complete:  # too large to hold and check: committed, and the rest passed through
@@ -173,6 +175,7 @@ class HttpAttempt(Attempt):
         assert gate is not None
         if error is not None:
             if not gate.committed:
+                self._show(core, gate.held())
                 core.failed(self, transport_failure(error), now)
             elif not gate.complete:
                 core.cut(self, "upstream connection broke after output", "stream_cut", now)
@@ -206,6 +209,8 @@ class HttpAttempt(Attempt):
             return
         gate = self.gate
         if gate is None or not gate.committed:
+            if gate is not None:
+                self._show(core, gate.held())
             core.failed(self, self.deadlines.silent_while_staged(now), now, timed_out=True)
         elif not gate.complete:
             # given up on: it must not go on generating while another finishes the answer
@@ -214,6 +219,11 @@ class HttpAttempt(Attempt):
         else:
             core.stop(self)
             core.finish()  # after the API's end marker, quiet is no stall: the answer is whole
+
+    def _show(self, core: Core, body: bytes) -> None:
+        """What an answer that stalled or broke off before output had sent: shown with the
+        attempt in mitmweb (its head and frames), never forwarded."""
+        core.end.show(self.record, self.status, self.headers, redact_bytes(body, self.secrets))
 
     def _failed_in_stream(self, core: Core, failure: Classification, now: float, *, at_end: bool = False) -> None:
         gate = self.gate

@@ -176,8 +176,8 @@ class Continuing:
         record = AttemptRecord(attempt=len(exchange.attempts) + 1, upstream=upstream.name,
                                url=display_url(original, upstream, core.api.name), started=now,
                                request_headers=request.headers, secret_headers=secret_header_names(upstream),
-                               continuation=strategy)
-        exchange.attempts.append(record)
+                               request_method=request.method, request_body=request.body, continuation=strategy)
+        exchange.add(record)
         regenerate = strategy == "regenerate"
         overlap = Overlap(transcript.text if regenerate else wanted.echo, strict=regenerate)
         deadlines = Deadlines.of(core.settings, streams=True, started=now)

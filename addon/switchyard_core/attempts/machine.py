@@ -343,8 +343,11 @@ class ExchangeMachine:
         record = AttemptRecord(attempt=len(self.exchange.attempts) + 1, upstream=upstream.name,
                                url=websocket_url(url) if socket else url, started=now,
                                request_headers=request.headers, secret_headers=secret_header_names(upstream),
+                               # a socket's request is its upgrade, then the turn's message on it
+                               request_method="GET" if socket else request.method,
+                               request_body=turn.text.encode() if socket and turn is not None else request.body,
                                hedge=hedge)
-        self.exchange.attempts.append(record)
+        self.exchange.add(record)
         self.client.attempts = len(self.exchange.attempts)
         deadlines = Deadlines.of(self.settings, streams=original.wants_stream, started=now)
         secrets = env_secrets(upstream)
