@@ -381,7 +381,9 @@ routes:
             shown = json.dumps([flow.metadata, attempt.metadata]) + flow.request.url + attempt.request.url
             assert "sk-query-SECRET" not in shown
             assert attempt.request.headers["authorization"] == "[redacted]"
-            assert attempt.request.content == b""
+            # the request as that upstream was sent it, its body too
+            assert attempt.request.method == "POST"
+            assert attempt.request.content == provider.calls_to("primary")[0].body
             assert attempt.response is not None and attempt.response.status_code == 200
             assert attempt.response.content == b"".join(failure)
             # the headers the upstream sent (a chunked stream: no Content-Length), and the

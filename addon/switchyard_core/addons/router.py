@@ -35,7 +35,8 @@ from ..upstreams.client import ConnectHook
 from ..upstreams.messages import redact_query
 from .destination import destination, named_url
 from .request_body import RequestBody, not_routed_too_large, read_body, requested_model
-from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, restore, show_attempts
+from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, restore
+from .live_story import LiveStory
 from .heap import freeze_startup_heap
 from .rules_keeper import RulesKeeper
 from .streaming_note import StreamingNoteDeferral, unusable as streaming_note_unusable
@@ -85,7 +86,7 @@ class Router:
         self._direct = True  # the option
         self._reader_reachable = False  # mitmproxy's readers can be reached (checked in `running`)
         self._last = LastInLine(self)
-        self._websockets: dict[str, Ticket] = {}  # terminated WebSockets still open, by flow id
+        self._websockets: dict[str, Routed] = {}  # terminated WebSockets still open, by flow id
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -222,6 +223,11 @@ class Router:
             # terminated in the relay, which tells each turn's story here as it goes
             story = {**story, "transport": "websocket", "turns": []}
         flow.metadata[METADATA_KEY] = story
+        data = request.data
+        display = FlowView(FlowAddress(data.scheme, data.host, data.port, data.authority, data.path, data.method))
+        # where flows are seen (mitmweb, the console; mitmdump has no view), each attempt is shown as it ends
+        view = ctx.master.addons.get("view")
+        live = LiveStory(flow, view, None if websocket else display) if view is not None else None
         # mitmproxy picks the connection by the request's address and scheme and the
         # flow's `via` and transport: plain TCP to the relay, no upstream proxy in
         # between.  Where the flow's server says otherwise (upstream-proxy mode) it gets
@@ -236,10 +242,10 @@ class Router:
             websocket=websocket, upstream_proxy=_proxy_of(server),
             mitmproxy_streams=(lambda: relay_streams(flow)) if self._direct and self._reader_reachable
             and not websocket else None,
-            story=story if websocket else None)
-        data = request.data
-        self._live[flow.id] = Routed(ticket, FlowView(
-            FlowAddress(data.scheme, data.host, data.port, data.authority, data.path, data.method)))
+            story=story if websocket else None, listener=live)
+        if live is not None:
+            live.follow(ticket.exchange)
+        self._live[flow.id] = Routed(ticket, display, live)
         request.scheme = "http"
         request.host = "127.0.0.1"
         request.port = relay.port
@@ -294,13 +300,14 @@ class Router:
             self.relay.forget(ticket.token)  # answered by someone else (another addon)
         restore(flow, exchange, routed.view)
         if ticket.websocket:
-            self._websockets[flow.id] = ticket  # its story goes on until the WebSocket ends
+            self._websockets[flow.id] = routed  # its story goes on until the WebSocket ends
             return
         stream = flow.response.stream
         if isinstance(stream, DisplayCopy) and not flow.response.raw_content:
             flow.response.content = b"".join(stream.chunks)
         annotate(flow, exchange, self.counters)
-        show_attempts(flow, exchange)
+        if routed.live is not None:
+            routed.live.finish(exchange)  # the attempts not shown yet
 
     def error(self, flow: http.HTTPFlow) -> None:
         routed = self._live.pop(flow.id, None)
@@ -311,13 +318,16 @@ class Router:
                 self.relay.forget(routed.ticket.token)
             restore(flow, exchange, routed.view)
             annotate(flow, exchange, self.counters)
-            show_attempts(flow, exchange)
+            if routed.live is not None:
+                routed.live.finish(exchange)
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
-        ticket = self._websockets.pop(flow.id, None)
-        if ticket is None:
+        routed = self._websockets.pop(flow.id, None)
+        if routed is None:
             return
-        show_attempts(flow, ticket.exchange)  # each failed attempt of each turn
+        ticket = routed.ticket
+        if routed.live is not None:
+            routed.live.finish(ticket.exchange)  # each failed attempt of each turn not shown yet
         # the comment names each turn that needed more than one attempt, and why
         story = ticket.story or {}
         turns = story.get("turns", ())
@@ -371,10 +381,12 @@ class Router:
 
 
 class Routed(NamedTuple):
-    """A routed flow until it is answered: the relay's ticket, and how mitmweb shows the flow."""
+    """A routed flow until it is answered: the relay's ticket, how mitmweb shows the
+    flow, and who shows its attempts as they end (None where no one sees flows)."""
 
     ticket: Ticket
     view: FlowView
+    live: LiveStory | None = None
 
 
 class LastInLine:
