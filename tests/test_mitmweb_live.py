@@ -158,3 +158,27 @@ async def test_an_attempt_flow_shows_the_request_it_was_sent_bounded_and_redacte
     assert b'"model": "backup-model"' in backup.request.raw_content or b'"model":"backup-model"' in \
         backup.request.raw_content
     assert backup.request.headers["authorization"] == "[redacted]"
+
+
+def test_the_content_view_names_a_finish_and_usage_and_says_what_each_kind_is() -> None:
+    """A Chat stream's `finish_reason` chunk commits as output does, and its usage chunk
+    is held as lifecycle is: the view names them by what they are, and says what each
+    kind it shows means."""
+    from mitmproxy import contentviews
+    from mitmproxy.test import tflow
+
+    from switchyard_core.addons.sse_view import SwitchyardSseContentview
+
+    flow = tflow.tflow(resp=True)
+    flow.request.path = "/v1/chat/completions"
+    flow.response.headers["content-type"] = "text/event-stream"
+    flow.response.content = b"".join(wire.chat_stream("Hi there"))
+    contentviews.add(SwitchyardSseContentview())
+    with taddons.context():  # mitmproxy's content views read its options
+        lines = contentviews.prettify_message(flow.response, flow, view_name="Switchyard SSE").text.splitlines()
+    rows = [line.split(None, 2)[1:] for line in lines if line.startswith("#")]
+    assert rows == [["lifecycle"], ["output", "▶ commit"], ["output"], ["finish", "finish_reason=stop"], ["usage"],
+                    ["terminal"]]
+    assert [line.split()[0] for line in lines[1:6]] == ["lifecycle", "output", "finish", "usage", "terminal"]
+    assert lines[3] == "  finish     the answer's end reason: commits as output does"
+    assert lines[4] == "  usage      token counts: held as lifecycle is until the first output"
