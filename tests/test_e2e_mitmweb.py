@@ -9,6 +9,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -19,10 +20,10 @@ from tests.support.mitm import Mitmdump, free_port, start_mitmdump
 from tests.support.ws_provider import WsProvider, answer_turn, failed_turn
 
 
-def flows(web_url: str) -> list[dict]:
+def flows(web_url: str, what: str = "flows") -> Any:
     base, _, token = web_url.partition("/?token=")
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    request = urllib.request.Request(f"{base}/flows", headers={"Authorization": f"Bearer {token}"})
+    request = urllib.request.Request(f"{base}/{what}", headers={"Authorization": f"Bearer {token}"})
     with opener.open(request, timeout=10) as answer:
         return json.loads(answer.read())
 
@@ -98,12 +99,14 @@ def test_while_the_backup_answers_mitmweb_lists_each_failed_attempt_and_the_clie
                 break
             time.sleep(0.05)
         streaming = client.poll() is None
+        columns = flows(web.web_url, "options")["web_columns"]["value"]
     finally:
         client.kill()
         client.wait()
         web.stop()
         provider.stop()
     assert streaming  # all of it seen while the answer was still coming
+    assert columns[-1] == "comment"  # the flow list says why, at a glance
     answering, *attempts = shown
     assert url_of(answering) == f"http://127.0.0.1:{provider.ports[1]}/backup/v1/chat/completions"
     assert answering["marked"] == "\N{ANTICLOCKWISE DOWNWARDS AND UPWARDS OPEN CIRCLE ARROWS}"  # :arrows_counterclockwise:

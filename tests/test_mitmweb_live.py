@@ -182,3 +182,24 @@ def test_the_content_view_names_a_finish_and_usage_and_says_what_each_kind_is() 
     assert [line.split()[0] for line in lines[1:6]] == ["lifecycle", "output", "finish", "usage", "terminal"]
     assert lines[3] == "  finish     the answer's end reason: commits as output does"
     assert lines[4] == "  usage      token counts: held as lifecycle is until the first output"
+
+
+def test_mitmwebs_comment_column_is_turned_on_unless_the_user_chose_the_columns() -> None:
+    """The comments say what failed: the flow list shows them, unless the user set `web_columns`."""
+    from mitmproxy.tools.web.webaddons import WebAddon
+
+    from switchyard_core.addons import CommentColumn
+
+    web = WebAddon()
+    with taddons.context(web) as tctx:
+        CommentColumn().running()
+        assert tctx.options.web_columns == ["tls", "icon", "path", "method", "status", "size", "time", "comment"]
+        CommentColumn().running()  # a reload adds nothing twice
+        assert tctx.options.web_columns.count("comment") == 1
+    with taddons.context(web) as tctx:
+        tctx.configure(web, web_columns=["path", "status"])
+        CommentColumn().running()
+        assert tctx.options.web_columns == ["path", "status"]
+    with taddons.context() as tctx:  # mitmdump: no flow list
+        CommentColumn().running()
+        assert "web_columns" not in tctx.options
