@@ -392,7 +392,7 @@ routes:
             assert attempt.response.headers["content-type"].startswith("text/event-stream")
             assert attempt.error is not None
             assert attempt.error.msg == "failed inside the 200 answer: 503 provider overloaded"
-            assert attempt.comment.startswith("attempt 1 (chat): primary: 503 provider overloaded → next_upstream")
+            assert attempt.comment == "503 provider overloaded → next_upstream; attempt 1 (chat: primary)"
             assert attempt.marked == ":red_circle:"
             router.done()
     finally:

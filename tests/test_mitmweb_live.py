@@ -99,8 +99,8 @@ async def test_failed_attempts_and_who_answers_are_shown_while_the_answer_stream
                 assert flow.marked == ":arrows_counterclockwise:"
                 assert flow.comment == "primary: 503 provider overloaded before output → backup answered"
                 assert [a.comment for a in attempts] == [
-                    "attempt 1 (chat): primary: 503 provider overloaded → retry",
-                    "attempt 2 (chat): primary: 503 provider overloaded → next_upstream"]
+                    "503 provider overloaded → retry; attempt 1 (chat: primary)",
+                    "503 provider overloaded → next_upstream; attempt 2 (chat: primary)"]
                 assert [a.marked for a in attempts] == [":red_circle:", ":red_circle:"]
                 # each attempt at its own times: sent after the client's request came, the
                 # second after the first ended (and its backoff), each ended long before the answer

@@ -64,7 +64,7 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord,
     request = http.Request.make(record.request_method, url, b"", _headers(record.shown_request_headers()))
     request.port = port  # (a WebSocket URL has no default port in mitmproxy's eyes)
     body, cut_request = _request_body(exchange, record)
-    request.headers["content-length"] = str(len(record.request_body))  # as sent, whatever is kept
+    request.headers["Content-Length"] = str(len(record.request_body))  # as sent, whatever is kept
     request.raw_content = body
     if cut_request:
         request.headers[TRUNCATED_HEADER] = f"first {len(body)} of {len(record.request_body)} bytes kept"
@@ -104,8 +104,9 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord,
     if record.continuation:
         told = f"{record.continuation} continuation{': ' + told if told else ''}"
     over = "; its body is the turn's message on the socket" if parts.scheme in ("ws", "wss") else ""
-    attempt.comment = (f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {told or 'no answer'} "
-                       f"→ {record.outcome}{over}{cut}")
+    # what failed first: mitmweb's Comment column is narrow, and the row's URL names the upstream
+    attempt.comment = (f"{told or 'no answer'} → {record.outcome}; attempt {record.attempt} "
+                       f"({exchange.route.name}: {record.upstream}){over}{cut}")
     attempt.marked = (MARK_CONTINUED if record.outcome == "continued" else
                       MARK_HEDGE_LOST if record.outcome == "hedge_lost" else MARK_FAILED)
     return attempt
