@@ -38,8 +38,10 @@ def shows_a_flow(record: AttemptRecord) -> bool:
 
 
 def what(record: AttemptRecord) -> str:
-    """What an attempt's failure was, in a comment: `503 server_error overloaded`."""
-    return " ".join(str(x) for x in (record.status, record.code, record.message) if x)
+    """What an attempt's failure was, in a comment: `503 server_error overloaded`.  A
+    timeout's status is the one a client would get, not the upstream's: not said."""
+    status = None if record.event_type == "timeout" else record.status
+    return " ".join(str(x) for x in (status, record.code, record.message) if x)
 
 
 class Clock:
@@ -64,6 +66,7 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord,
     request = http.Request.make(record.request_method, url, b"", _headers(record.shown_request_headers()))
     request.port = port  # (a WebSocket URL has no default port in mitmproxy's eyes)
     body, cut_request = _request_body(exchange, record)
+    del request.headers["content-length"]  # (make()'s, of the empty body)
     request.headers["Content-Length"] = str(len(record.request_body))  # as sent, whatever is kept
     request.raw_content = body
     if cut_request:
