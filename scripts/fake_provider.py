@@ -29,8 +29,12 @@ Failure kinds:
   stall, lifecycle_stall silence after the headers (after the lifecycle frames)
 
 --ws also serves the Responses API over WebSocket, on a port of its own (its
-ws://127.0.0.1:WSPORT/v1/responses URL is printed after the HTTP ones);
---ws-fail N makes its first N turns fail before output (an error, then response.failed).
+ws://127.0.0.1:WSPORT/v1/responses URL is printed after the HTTP ones), as a
+provider does: a `generate: false` warm-up (Codex's first message on every
+connection) gets an output-less response, and every other turn a whole answer
+("Hello from websocket, all good.").  --ws-fail N makes the first N turns that
+are not warm-ups fail before output (an error, then response.failed).  Its port
+also answers POST /v1/responses (HTTP SSE) the same way.
 Runs until interrupted, or for --seconds.
 """
 
@@ -44,14 +48,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _in_project_venv() -> None:
-    """Run on the project's own venv (made by scripts/bootstrap) whatever python started us:
-    the provider needs aiohttp and the project's test support."""
-    venv_python = ROOT / ".venv" / "bin" / "python"
-    if Path(sys.prefix).resolve() == (ROOT / ".venv").resolve():
-        return
+    """Run on the project's own venv, with the fake provider's server installed there
+    (`scripts/bootstrap demo`, at once when it is), whatever python started us."""
     import subprocess
 
-    subprocess.run([str(ROOT / "scripts" / "bootstrap")], check=True)
+    subprocess.run([str(ROOT / "scripts" / "bootstrap"), "demo"], check=True)
+    if Path(sys.prefix).resolve() == (ROOT / ".venv").resolve():
+        return
+    venv_python = ROOT / ".venv" / "bin" / "python"
     os.execv(str(venv_python), [str(venv_python), str(Path(__file__).resolve()), *sys.argv[1:]])
 
 
@@ -59,43 +63,43 @@ if __name__ == "__main__":
     _in_project_venv()
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import signal  # noqa: E402
 import threading  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
-from aiohttp import web  # noqa: E402
-
 from tests.support import wire  # noqa: E402
-from tests.support.fake_provider import FAILURES, STREAMING_PATHS, FakeProvider, failing_reply  # noqa: E402
-from tests.support.ws_provider import WsProvider, overload_turn  # noqa: E402
+from tests.support.fake_provider import FAILURES, ScriptedByApi  # noqa: E402,F401  (ScriptedByApi: for try.py, demo.py)
+from tests.support.ws_provider import WsProvider, full_answer_turn, overload_turn, warm_up_turn  # noqa: E402
 
 ALWAYS = -1
 
 
-def is_api_request(method: str, path: str) -> bool:
-    """A request a scripted failure is for: a POST to a streaming API's path (Gemini's:
-    `:streamGenerateContent`; its `:generateContent`, such as Gemini CLI's model router
-    asks first, is answered)."""
-    return method == "POST" and (path.endswith(STREAMING_PATHS) or path.endswith(":streamGenerateContent"))
+class ProviderWs(WsProvider):
+    """The Responses API over WebSocket as a provider speaks it: a `generate: false`
+    warm-up gets an output-less response and is no turn a user means; each other turn
+    is answered whole (its item and part `done` events, the finished response: what
+    Codex prints its answer from), after the first `fail` of them failed before output."""
 
-
-class ScriptedByApi(FakeProvider):
-    """Fails each named upstream's first COUNT API requests, shaped by the API each
-    request's path names; its other requests are answered normally."""
-
-    def __init__(self, failures: dict[str, tuple[str, int]]) -> None:
+    def __init__(self, fail: int = 0) -> None:
         super().__init__()
-        self.failures = {name: [kind, count] for name, (kind, count) in failures.items()}
+        self.fail = fail
+        self.turns = 0  # turns a user means, on every connection
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        upstream, _, rest = request.path.lstrip("/").partition("/")
-        plan = self.failures.get(upstream)
-        if plan and plan[1] != 0 and is_api_request(request.method, "/" + rest):
-            if plan[1] > 0:
-                plan[1] -= 1
-            self.script(upstream, failing_reply(str(plan[0]), wire.api_of("/" + rest)))
-        return await super()._handle(request)
+    def answer(self, create: str, turn: int) -> list[str | bytes | float]:
+        try:
+            asked = json.loads(create)
+        except ValueError:
+            asked = {}
+        with self._lock:
+            self.turns += 0 if asked.get("generate") is False else 1
+            number = self.turns
+        if asked.get("generate") is False:
+            return list(warm_up_turn(f"resp_warmup{turn}"))
+        if number <= self.fail:
+            return list(overload_turn(f"resp_failed{number}"))
+        return list(full_answer_turn(f"resp_ws{number}", wire.answer_text("websocket")))
 
 
 def parse_failure(text: str) -> tuple[str, tuple[str, int]]:
@@ -120,7 +124,8 @@ def parser() -> argparse.ArgumentParser:
                         help="fail upstream NAME's first COUNT API requests (default 1; 'always')")
     parser.add_argument("--pace-ms", type=float, default=0, help="pause between the frames of a normal answer")
     parser.add_argument("--ws", action="store_true", help="also serve the Responses API over WebSocket")
-    parser.add_argument("--ws-fail", type=int, default=0, metavar="N", help="fail the first N WebSocket turns")
+    parser.add_argument("--ws-fail", type=int, default=0, metavar="N",
+                        help="fail the first N WebSocket turns (a generate: false warm-up is none)")
     parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until interrupted)")
     return parser
 
@@ -132,8 +137,7 @@ def main() -> None:
     provider.start(ports=args.port or [0, 0])
     ws = None
     if args.ws:
-        ws = WsProvider().start()
-        ws.script(*(overload_turn(f"resp_fail{n}") for n in range(args.ws_fail)))
+        ws = ProviderWs(fail=args.ws_fail).start()
     print(" ".join(f"http://127.0.0.1:{port}" for port in provider.ports), flush=True)
     if ws is not None:
         print(ws.url, flush=True)

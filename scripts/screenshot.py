@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Take the README's screenshot: mitmweb showing a fallback, by headless Chromium.
+"""Take docs/debugging.md's screenshot: mitmweb showing a fallback, by headless Chromium.
 
 Runs the demo scenario (fake provider, first-frame 503, backup answers) through
 `mitmweb -s addon/switchyard.py`, then opens the failed attempt's flow in

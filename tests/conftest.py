@@ -26,6 +26,10 @@ BODY_MARKER = "PRIVATE-PROMPT-4f5e6d"
 E2E_RULES = """\
 version: 1
 defaults:
+  # these tests are each about one request: what a request teaches later ones (outage
+  # memory) would leak from test to test; it has tests of its own (test_e2e_outages.py)
+  max_skip_s: 0
+  unreachable_skip_s: 0
   retries: 1
   backoff_ms: 1
   max_backoff_ms: 300

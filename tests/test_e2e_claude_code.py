@@ -23,7 +23,7 @@ PERSISTENT = 12  # more overloads than Claude Code's own tries
 
 def run_claude(bed: ClientBed, base_url: str | None, name: str, env: dict[str, str] | None = None,
                ) -> subprocess.CompletedProcess[str]:
-    """The README's recipe: ANTHROPIC_BASE_URL at Switchyard, the nonessential traffic off."""
+    """docs/clients.md's recipe (run as written by test_docs_recipes.py): ANTHROPIC_BASE_URL at Switchyard, the nonessential traffic off."""
     own = {"ANTHROPIC_API_KEY": API_KEY, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1"}
     if base_url is not None:
         own["ANTHROPIC_BASE_URL"] = base_url

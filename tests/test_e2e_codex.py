@@ -21,7 +21,7 @@ CAPACITY = "Selected model is at capacity"
 
 
 def codex_config(base_url: str) -> str:
-    """The README's recipe: a custom provider speaking the Responses API over HTTP SSE."""
+    """docs/clients.md's recipe (run as written by test_docs_recipes.py): a custom provider speaking the Responses API over HTTP SSE."""
     return f"""\
 model_provider = "switchyard"
 

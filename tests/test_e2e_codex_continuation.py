@@ -56,7 +56,7 @@ def cbed(continuing_bed: ClientBed) -> Iterator[ClientBed]:
 
 
 def codex_config(base_url: str) -> str:
-    """The README's recipe, with a reasoning model."""
+    """docs/clients.md's Codex recipe, with a reasoning model."""
     return f"""\
 model = "gpt-5"
 model_provider = "switchyard"

@@ -1,4 +1,4 @@
-"""Flows saved with `mitmdump -w`: what the README says they hold, read back with
+"""Flows saved with `mitmdump -w`: what docs/debugging.md says they hold, read back with
 mitmproxy's own reader."""
 
 from __future__ import annotations

@@ -316,7 +316,7 @@ async def test_a_fault_removed_from_the_file_stops_firing_on_a_websocket_opened_
 async def test_a_fault_still_in_the_file_keeps_firing_on_a_websocket_opened_before_an_unrelated_edit(
         primary: WsProvider, tmp_path: Path) -> None:
     """Another route added to the file (Codex's connection stays open): the fault that
-    stayed fails this connection's next turn too, as the README says only a removed one stops."""
+    stayed fails this connection's next turn too, as docs/faults.md says only a removed one stops."""
     route = ("version: 1\nroutes:\n  - name: ws\n    match: {path: /v1/responses}\n"
              "    upstreams: [{name: primary, url: original}]\n")
     other = "  - name: other\n    match: {path: /other/v1/responses}\n    upstreams: [{name: o, url: original}]\n"

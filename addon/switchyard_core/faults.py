@@ -22,12 +22,12 @@ from .apis.errors import code_and_type_for_status
 from .apis.anthropic_messages import NAME as ANTHROPIC
 from .apis.google_gemini import NAME as GEMINI
 from .apis.openai_responses import NAME as RESPONSES, OVERLOAD_OUTPUT_TEXT, websocket_error
-from .rules.schema import FaultSpec
+from .rules.schema import FaultSpec, default_of
 from .sse import FrameSplitter
 
 IN_BODY_KINDS = frozenset({"sse_error", "response_failed", "overload_message"})
-DEFAULT_STATUS = 503
-DEFAULT_MESSAGE = "provider overloaded (switchyard fault)"
+DEFAULT_STATUS: int = default_of(FaultSpec, "status")
+DEFAULT_MESSAGE: str = default_of(FaultSpec, "message")
 RESET_MESSAGE = "connection reset (switchyard fault)"
 
 

@@ -5,7 +5,8 @@ It answers Chat Completions paced like a model, on two ports (two origins):
 
   /ok/...      a normal answer
   /fail/...    HTTP 200 whose first frame is an in-stream 503, then the end
-  /backup/...  a normal answer (a fallback's or a continuation's backup)
+  /backup/...  a normal answer (a fallback's), or to a prefill (a continuation's) the
+               rest of it after the /cut/ answer's CUT_AFTER content frames
   /cut/...     the role frame and CUT_AFTER content frames, then a reset
   /ws/v1/responses            Responses turns over WebSocket
   /bench/hold-status/{group}  how the staging phase's barrier went
@@ -37,6 +38,8 @@ from aiohttp import web
 from benchmark.frames import (CUT_AFTER, FAIL_FRAME, HOLD_FIELD, STAGING_HOLD_MAX_S, STAGING_TOKENS_MAX, WS_PATH,
                               answer_frames, hold_answer_frames, ws_turn_messages)
 from benchmark.processes import raise_nofile_limit
+
+PREFILLED = b'"role":"assistant"'  # in a request body: a continuation's prefill (the client's own ask none)
 
 
 @dataclass
@@ -96,6 +99,10 @@ class Upstream:
         frames = self.answers.get((upstream, n))
         if frames is None:
             frames = self.answers[(upstream, n)] = answer_frames(upstream, n)
+        if PREFILLED in body:
+            # a continuation's prefill (its request ends with the cut answer's text): as a
+            # prefill-capable model does, only the rest of the same answer
+            frames = [frames[0], *frames[1 + CUT_AFTER:]]
         if upstream == "cut":
             await response.write(frames[0])
             for frame in frames[1:1 + CUT_AFTER]:

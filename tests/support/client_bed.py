@@ -1,8 +1,9 @@
-"""A test bed for the README's client recipes: the fake provider, one real mitmdump
-in front of it, and a way to run a client program with nothing of the developer's
-own (its own HOME, no proxy variables, no real keys).
+"""A test bed for the agents' tests (Codex CLI, Claude Code): the fake provider, one real
+mitmdump in front of it, and a way to run a client program with nothing of the developer's
+own (its own HOME, no proxy variables, no real keys).  (The docs' recipes, run as written,
+have their own bed: recipes.py.)
 
-The mitmdump has both listeners the README's recipes use:
+The mitmdump has both listeners:
 - reverse mode (`reverse_url`) at the fake provider; routes match by path
   (`/primary/v1/...`), as `scripts/try`'s do;
 - proxy mode (`proxy_url`) for clients that keep their real base URL

@@ -319,3 +319,28 @@ class FakeProvider:
         if self._thread is not None:
             self._thread.join(10)
         self._loop = None
+
+
+def is_api_request(method: str, path: str) -> bool:
+    """A request a scripted failure is for: a POST to a streaming API's path (Gemini's:
+    `:streamGenerateContent`; its `:generateContent`, such as Gemini CLI's model router
+    asks first, is answered)."""
+    return method == "POST" and (path.endswith(STREAMING_PATHS) or path.endswith(":streamGenerateContent"))
+
+
+class ScriptedByApi(FakeProvider):
+    """Fails each named upstream's first COUNT API requests, shaped by the API each
+    request's path names; its other requests are answered normally."""
+
+    def __init__(self, failures: dict[str, tuple[str, int]]) -> None:
+        super().__init__()
+        self.failures = {name: [kind, count] for name, (kind, count) in failures.items()}
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        upstream, _, rest = request.path.lstrip("/").partition("/")
+        plan = self.failures.get(upstream)
+        if plan and plan[1] != 0 and is_api_request(request.method, "/" + rest):
+            if plan[1] > 0:
+                plan[1] -= 1
+            self.script(upstream, failing_reply(str(plan[0]), wire.api_of("/" + rest)))
+        return await super()._handle(request)

@@ -29,6 +29,9 @@ STREAM_PATH = f"/v1beta/models/{MODEL}:streamGenerateContent"
 RULES = """\
 version: 1
 defaults:
+  # each test is about one request: outage memory would leak from test to test (it has its own tests)
+  max_skip_s: 0
+  unreachable_skip_s: 0
   retries: 1
   backoff_ms: 1
   max_backoff_ms: 3000

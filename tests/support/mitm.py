@@ -128,17 +128,22 @@ def start_mitmdump(
     bare: bool = False,
     die_with_parent: bool = False,
     start_timeout_s: float = 30.0,
+    proxy_port: int | None = None,
+    reverse_port: int | None = None,
 ) -> Mitmdump:
     """Start mitmdump (mitmweb with `web`) with the addon; `bare`: plain mitmdump, no addon.
+    Its listeners: `mode` at `proxy_port`, and with `reverse_target` a reverse one at
+    `reverse_port` (each a free port unless given).
 
     `die_with_parent`: the kernel stops it when the calling thread ends (the benchmark's
     runs; not for tests, whose fixtures may start it from a thread that ends first)."""
-    proxy_port = free_port()
+    proxy_port = proxy_port or free_port()
     modes = ["--mode", f"{mode}@{proxy_port}"]
-    reverse_port = None
     if reverse_target:
-        reverse_port = free_port()
+        reverse_port = reverse_port or free_port()
         modes += ["--mode", f"reverse:{reverse_target}@{reverse_port}"]
+    else:
+        reverse_port = None
     addon = [] if bare else ["-s", str(ADDON), "--set", f"switchyard_rules={rules}"]
     args = [
         str(MITMWEB if web else MITMDUMP),

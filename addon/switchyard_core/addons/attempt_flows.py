@@ -20,7 +20,7 @@ from mitmproxy.http import Headers
 
 from ..exchange import AttemptRecord, Exchange
 from ..observe import METADATA_KEY
-from ..redaction import credential_query_values, env_secrets, redact_bytes, secret_values
+from ..redaction import credential_query_values, env_secrets, redact_cut, redact_headers, secret_values
 from ..upstreams.messages import redact_query
 
 DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer, of a failed attempt's, or of a request body, kept for mitmweb
@@ -70,7 +70,7 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord,
     request.headers["Content-Length"] = str(len(record.request_body))  # as sent, whatever is kept
     request.raw_content = body
     if cut_request:
-        request.headers[TRUNCATED_HEADER] = f"first {len(body)} of {len(record.request_body)} bytes kept"
+        request.headers[TRUNCATED_HEADER] = f"first {DISPLAY_LIMIT} of {len(record.request_body)} bytes kept"
     started = clock.wall(record.started)
     request.timestamp_start = started or request.timestamp_start
     request.timestamp_end = clock.wall(record.sent_at) or request.timestamp_start
@@ -83,15 +83,17 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord,
     cut = ""
     if record.answer is not None:
         status, answer_headers, answered = record.answer
+        # whatever an attempt kept, its upstream's own `${VAR}` values are never shown
+        secrets = _env_secrets_of(exchange, record.upstream)
         # a failed attempt may have held up to `staging_limit`; a flow keeps what a stream's does
-        kept = answered[:DISPLAY_LIMIT]
-        response = http.Response.make(status, kept)
+        kept = len(answered[:DISPLAY_LIMIT])
+        response = http.Response.make(status, redact_cut(answered[:DISPLAY_LIMIT], secrets))
         # the headers as the upstream sent them: make() would claim a Content-Length
         # that a streamed answer never had
-        response.headers = _headers(answer_headers)
-        if len(kept) < len(answered):
-            cut = f"; answer cut to its first {len(kept)} of {len(answered)} bytes"
-            response.headers[TRUNCATED_HEADER] = f"first {len(kept)} of {len(answered)} bytes kept"
+        response.headers = _headers(redact_headers(answer_headers, secrets))
+        if kept < len(answered):
+            cut = f"; answer cut to its first {kept} of {len(answered)} bytes"
+            response.headers[TRUNCATED_HEADER] = f"first {kept} of {len(answered)} bytes kept"
         response.timestamp_start = clock.wall(record.answered_at) or request.timestamp_end
         response.timestamp_end = ended or response.timestamp_start
         attempt.response = response
@@ -127,12 +129,12 @@ def _request_body(exchange: Exchange, record: AttemptRecord) -> tuple[bytes, boo
     if not body:
         return b"", False
     route = exchange.route
-    upstream = next((u for u in route.upstreams if u.name == record.upstream), None)
     carried = secret_values(exchange.request.headers, route.upstreams,
                             credential_query_values(exchange.request.url, *(u.url for u in route.upstreams if u.url)))
-    secrets = (*(env_secrets(upstream) if upstream is not None else ()),
-               *(value.encode() for value in carried if value))
-    # a value that begins before the limit is redacted whole before the cut
-    reach = DISPLAY_LIMIT + max((len(secret) for secret in secrets), default=0)
-    shown = redact_bytes(body[:reach], secrets)[:DISPLAY_LIMIT]
-    return shown, len(body) > DISPLAY_LIMIT
+    secrets = (*_env_secrets_of(exchange, record.upstream), *(value.encode() for value in carried if value))
+    return redact_cut(body[:DISPLAY_LIMIT], secrets), len(body) > DISPLAY_LIMIT
+
+
+def _env_secrets_of(exchange: Exchange, upstream: str) -> tuple[bytes, ...]:
+    found = next((u for u in exchange.route.upstreams if u.name == upstream), None)
+    return env_secrets(found) if found is not None else ()

@@ -50,8 +50,10 @@ RETRYABLE_CODES: frozenset[str] = frozenset(
     }
 )
 
+UNTRANSLATABLE = "untranslatable"  # Switchyard's own: the request cannot be carried into that upstream's API
 NEXT_UPSTREAM_CODES: frozenset[str] = frozenset(
-    {"context_length_exceeded", "insufficient_quota", "model_context_window_exceeded", google_rpc.DAILY_QUOTA}
+    {"context_length_exceeded", "insufficient_quota", "model_context_window_exceeded", google_rpc.DAILY_QUOTA,
+     UNTRANSLATABLE}
 )
 
 # Anthropic reports an over-long prompt as invalid_request_error with only this text, Gemini
@@ -90,8 +92,9 @@ def _as_status(value: Any) -> int | None:
         return None
     if isinstance(value, int) and 100 <= value <= 599:
         return value
-    if isinstance(value, str) and value.strip().isdigit():
-        number = int(value.strip())
+    text = value.strip() if isinstance(value, str) else ""
+    if len(text) == 3 and text.isascii() and text.isdigit():  # not "²", nor 5,000 digits: int() raises on both
+        number = int(text)
         return number if 100 <= number <= 599 else None
     return None
 

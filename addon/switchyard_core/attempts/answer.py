@@ -13,17 +13,22 @@ or a cut is told to the core, which decides what follows.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..apis import Classification, ErrorInfo
+from .. import observe
+from ..apis import APIS, Api, Classification, ErrorInfo
 from ..apis.errors import http_error_info
 from ..gate import SAID_NOTHING, Gate
 from ..redaction import redact_bytes
+from ..sse import compact_json
+from ..translate.streams import StreamTranslator, error_body, error_status, stream_translator, translate_whole
 from ..upstreams.messages import forwarded_response_headers, request_id, transport_failure
 from .attempt import Attempt, Core
 from .commands import Expect, Pipe, Read
+from .endings import Answered
 
 ERROR_BODY_LIMIT = 1024 * 1024
 WHOLE_BODY_MIN_LIMIT = 64 * 1024 * 1024  # non-streaming answers are held whole up to max(this, staging_limit)
@@ -42,6 +47,13 @@ class HttpAttempt(Attempt):
     status: int = 0
     headers: Mapping[str, str] = field(default_factory=dict)
     gate: Gate | None = None
+    # an upstream that speaks another API than the client (docs/translation.md): its answer is
+    # read by its own API and written in the client's
+    speaks: str | None = None
+    translator: StreamTranslator | None = None
+
+    def _own_api(self, core: Core) -> Api:
+        return APIS[self.speaks] if self.speaks is not None else core.api
 
     # --- the head -----------------------------------------------------------------------
 
@@ -56,9 +68,14 @@ class HttpAttempt(Attempt):
             self.phase = "staging"
             self.record.reached("staging")
             settings = core.settings
-            self.gate = Gate(core.api.stream_classifier(core.exchange.request.wants_usage),
+            wants_usage = core.exchange.request.wants_usage
+            if self.speaks is not None:
+                self.translator = stream_translator(self.speaks, core.api.name, model=self.upstream.model or "",
+                                                    usage_wanted=wants_usage)
+                wants_usage = self.speaks == "openai-chat"  # a translated Chat request always asks for usage
+            self.gate = Gate(self._own_api(core).stream_classifier(wants_usage),
                              staging_limit=settings.staging_limit,
-                             rewrite_capacity_codes=settings.rewrite_capacity_codes)
+                             rewrite_capacity_codes=settings.rewrite_capacity_codes, translator=self.translator)
             # nothing before output moves this: an upstream sending `: ping` forever must not hold the request
             core.out(Expect(number, by=self.deadlines.staged_by), Pipe(number))
         else:
@@ -83,6 +100,8 @@ class HttpAttempt(Attempt):
         body = redact_bytes(body, self.secrets)
         info = http_error_info(self.status, body)
         answered = core.end.keep(self.record, self.status, self.headers, body, complete=complete)
+        if self.speaks is not None:
+            answered = self._in_client_shape(core, answered, info)
 
         def forward() -> None:
             core.end.forward(answered, info)
@@ -110,13 +129,17 @@ class HttpAttempt(Attempt):
             return
         body = redact_bytes(body, self.secrets)
         body_error: ErrorInfo | None = None
+        parsed: object = None
         if "json" in self.headers.get("Content-Type", "").lower():
             try:
-                body_error = core.api.body_error(json.loads(body))
+                parsed = json.loads(body)
+                body_error = self._own_api(core).body_error(parsed)
             except (ValueError, RecursionError):
                 body_error = None
         if body_error is not None:
             answered = core.end.keep(self.record, self.status, self.headers, body)
+            if self.speaks is not None:
+                answered = self._in_client_shape(core, answered, body_error)
             found = body_error
 
             def forward() -> None:
@@ -125,9 +148,21 @@ class HttpAttempt(Attempt):
 
             core.failed(self, body_error, now, headers=self.headers, forward=forward)
             return
+        if self.speaks is not None:
+            if not isinstance(parsed, dict | list):
+                core.failed(self, ErrorInfo(status=502, message="the upstream's answer is not JSON",
+                                            event_type="untranslatable", retryable_hint=True), now)
+                return
+            body = compact_json(translate_whole(self.speaks, core.api.name, parsed,
+                                                model=self.upstream.model or ""))
         if not self._commit_whole(core, "body"):
             core.client.send_whole(self.status, forwarded_response_headers(self.headers), body, self.upstream.name)
         core.finish()
+
+    def _in_client_shape(self, core: Core, answered: Answered, info: ErrorInfo) -> Answered:
+        """A translated upstream's failure, as the client's API says it: its status, its body."""
+        return Answered(error_status(core.api.name, info), [("Content-Type", "application/json")],
+                        error_body(core.api.name, info), answered.record)
 
     def _commit_whole(self, core: Core, first_event: str) -> bool:
         """Commit a non-streaming answer; True if the client already had a stream's
@@ -196,10 +231,19 @@ class HttpAttempt(Attempt):
         if step.committed:
             self.phase = "output"
         core.output(self, step)
+        self._report_dropped(core)
         if not whole and not core.exchange.suppressed_failover:
             core.cut(self, "upstream ended the stream before completing the answer", "stream_cut", now)
         else:
             core.finish()
+
+    def _report_dropped(self, core: Core) -> None:
+        """What a translated answer carried that the client's API could not take: one line."""
+        translator = self.translator
+        if translator is not None and translator.dropped:
+            observe.emit(logging.INFO, "switchyard.translation_dropped", route=core.route.name,
+                         upstream=self.upstream.name, attempt=self.number, api=self.speaks,
+                         dropped=",".join(sorted(translator.dropped)), **core.log.context)
 
     def timed_out(self, core: Core, now: float) -> None:
         if self.phase in ("forwarding", "rest"):
@@ -237,6 +281,16 @@ class HttpAttempt(Attempt):
             core.failed(self, info, now, headers=self.headers)
             return
         answered = core.end.keep(self.record, self.status, self.headers, held)
+        if self.speaks is not None:
+            # told in the client's API, never the upstream's bytes
+            told = self._in_client_shape(core, answered, info)
+
+            def tell() -> None:
+                core.end.forward(told, info)
+                core.finish()
+
+            core.failed(self, info, now, headers=self.headers, forward=tell)
+            return
 
         def forward() -> None:
             # the last possible attempt: the client gets it as the provider sent it, and the rest as it comes

@@ -46,6 +46,7 @@ class Inject:
 
     attempt: int
     fault: FaultSpec
+    api: str  # the API the attempt's upstream speaks: the fault's error is in its shape
 
 
 @dataclass(frozen=True, slots=True)

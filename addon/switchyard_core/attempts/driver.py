@@ -173,7 +173,7 @@ class Driver:
             elif isinstance(command, Timer):
                 self._timer(command.name, command.at)
             elif isinstance(command, Inject):
-                self._inject(command.attempt, command.fault)
+                self._inject(command.attempt, command.fault, command.api)
             elif isinstance(command, UseHttp):
                 assert self.sockets is not None
                 self.sockets.use_http(command.upstream, command.status)
@@ -244,14 +244,14 @@ class Driver:
             return
         self._event(lambda: machine.opened(number, 101, {}, now()))
 
-    def _inject(self, number: int, fault: FaultSpec) -> None:
+    def _inject(self, number: int, fault: FaultSpec, api: str) -> None:
         reading = self._reading.get(number)
         if reading is None:
             return
         if reading.answer is None:  # a WebSocket's: its messages are read through the fault
             reading.fault = fault
             return
-        answer = reading.answer = FaultyAnswer(reading.answer, fault, self.machine.api.name)
+        answer = reading.answer = FaultyAnswer(reading.answer, fault, api)
         self._event(lambda: self.machine.opened(number, answer.status, answer.headers, now(), faulted=True))
 
     # --- reading ----------------------------------------------------------------------------------

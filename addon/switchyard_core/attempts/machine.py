@@ -14,28 +14,25 @@ once, here, for all of them (docs/architecture.md, "The attempt core").
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from .. import observe
 from ..apis import APIS, Decision, ErrorInfo, ErrorPolicy
+from ..translate.request import Untranslatable
 from ..exchange import AttemptRecord, Exchange
 from ..faults import FaultPlan
 from ..gate import GateStep
-from ..redaction import env_secrets
-from ..rules import Upstream
-from ..upstreams.messages import build_request, display_url, forwarded_response_headers, secret_header_names
-from ..upstreams.websocket import websocket_url
+from ..upstreams.messages import (forwarded_response_headers)
 from ..ws_items import Closed
-from .answer import HttpAttempt
 from .attempt import Attempt, Cut
 from .client_stream import ClientSink, ClientStream
 from .commands import CloseClient, Command, Finished, Inject, Open, Stop, Timer, TimerName
 from .continuing import Continuing
-from .deadlines import Deadlines
 from .endings import Endings
 from .log import AttemptLog
 from .outages import FailureKind, Outages
 from .policy import UpstreamTry, judge
+from .opening import new_attempt, speaks_websocket, untranslatable
 from .socket_turn import SocketAttempt, warm_up_here
 from .tries import Tries
 from .turn_context import TurnContext
@@ -327,45 +324,29 @@ class ExchangeMachine:
         record.injected(fault.kind)
         observe.emit(logging.INFO, "switchyard.fault_injected", route=self.route.name, upstream=record.upstream,
                      attempt=record.attempt, kind=fault.kind, after_frames=fault.after_frames, **self.log.context)
-        self.out(Inject(record.attempt, fault))
+        speaks = attempt.upstream.api if attempt.upstream.api is not None else self.api.name
+        self.out(Inject(record.attempt, fault, speaks))
         return True
 
     def _open(self, step: UpstreamTry, now: float, *, over_http: bool = False, hedge: bool = False) -> None:
-        upstream = step.upstream
-        original = self.exchange.request
         turn = self.turn
-        socket = turn is not None and not over_http and turn.speaks_websocket(upstream)
-        if turn is not None and not socket and turn.warm_up:
+        if turn is not None and turn.warm_up and not (not over_http and speaks_websocket(self, step.upstream)):
             warm_up_here(self, turn, step, now)
             return
-        request = build_request(original, upstream, None if socket else self.api.name)
-        url = display_url(original, upstream, None if socket else self.api.name)
-        record = AttemptRecord(attempt=len(self.exchange.attempts) + 1, upstream=upstream.name,
-                               url=websocket_url(url) if socket else url, started=now,
-                               request_headers=request.headers, secret_headers=secret_header_names(upstream),
-                               # a socket's request is its upgrade, then the turn's message on it
-                               request_method="GET" if socket else request.method,
-                               request_body=turn.text.encode() if socket and turn is not None else request.body,
-                               hedge=hedge)
-        self.exchange.add(record)
+        made = new_attempt(self, step, now, over_http=over_http, hedge=hedge)
+        if isinstance(made, Untranslatable):
+            # not asked: the route goes on as after a failure before output (docs/translation.md)
+            attempt, info = untranslatable(self, step, now, made)
+            self._live[attempt.number] = attempt
+            self.failed(attempt, info, now)
+            return
+        attempt, command = made
+        self._live[attempt.number] = attempt
         self.client.attempts = len(self.exchange.attempts)
-        deadlines = Deadlines.of(self.settings, streams=original.wants_stream, started=now)
-        secrets = env_secrets(upstream)
-        if socket:
-            assert turn is not None
-            attempt: Attempt = SocketAttempt(step, record, deadlines, secrets, turn=turn)
-            handshake = self.settings.headers_timeout_s
-            command = Open(record.attempt, request, "websocket", deadlines.connect,
-                           now + handshake if handshake > 0 else None)
-        else:
-            attempt = HttpAttempt(step, record, deadlines, secrets)
-            command = Open(record.attempt, request, "http", deadlines.connect,
-                           now + deadlines.head if deadlines.head else None)
-        self._live[record.attempt] = attempt
         self.tries.opened(step)
         self.out(command)
         if self._hedge_s > 0 and len(self._live) == 1 and self.tries.hedge() is not None:
-            self._hedged_from = record.attempt
+            self._hedged_from = attempt.number
             self.out(Timer("hedge", now + self._hedge_s))
 
     def reopen_over_http(self, attempt: Attempt, now: float) -> None:

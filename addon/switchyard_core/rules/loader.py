@@ -20,10 +20,9 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from ..apis import api_for_path
-from ..apis.errors import DEFAULT_RETRY_ON
 from ..continuation.request import PREFILL_APIS
 from .locations import RULES_SIZE_LIMIT, RulesError, compose_with_lines, field_problem, line_of, validation_problems
-from .schema import FaultSpec, RulesFile, Settings, UpstreamSpec
+from .schema import FaultSpec, RulesFile, Settings, UpstreamSpec, default_of
 
 SHIPPED_RULES = Path(__file__).resolve().parents[3] / "rules.yaml"
 
@@ -32,24 +31,40 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: what a h
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # never in a header value (a tab may be)
 
 
+# Each setting's default is written once, in schema.py (`setting(...)`), as in rules.yaml,
+# and parsed by the same schema as a user's file.
+_DEFAULTS = Settings.model_validate({name: default_of(Settings, name) for name in Settings.model_fields})
+
+
+def _runtime(name: str, value: Any) -> Any:
+    """A setting's validated value as AttemptSettings holds it (lists frozen)."""
+    return frozenset(value) if name == "retry_on" else tuple(value) if isinstance(value, list) else value
+
+
+def _default(name: str) -> Any:
+    return _runtime(name, getattr(_DEFAULTS, name))
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptSettings:
-    retries: int = 1
-    backoff_ms: int = 250
-    max_backoff_ms: int = 4000
-    connect_timeout_s: float = 10.0
-    headers_timeout_s: float = 30.0
-    first_output_timeout_s: float = 0.0
-    request_timeout_s: float = 600.0
-    idle_timeout_s: float = 60.0
-    pre_answer_keepalive_s: float = 15.0
-    staging_limit: int = 8 * 1024 * 1024
-    rewrite_capacity_codes: bool = True
-    retry_on: frozenset[int] = DEFAULT_RETRY_ON
-    continue_after_cut: tuple[str, ...] = ()  # strategies, in order; () keeps a cut a clean error
-    max_skip_s: float = 300.0  # the cap on a stated delay later requests honour (attempts/outages.py)
-    unreachable_skip_s: float = 10.0  # later requests skip an unreachable upstream this long; 0 = off
-    hedge_after_s: float = 0.0  # no output by then: the next upstream starts too; 0 = off
+    """A route's settings, resolved: the defaults (schema.py's), `defaults:` over them, the route's over those."""
+
+    retries: int = _default("retries")
+    backoff_ms: int = _default("backoff_ms")
+    max_backoff_ms: int = _default("max_backoff_ms")
+    connect_timeout_s: float = _default("connect_timeout_s")
+    headers_timeout_s: float = _default("headers_timeout_s")
+    first_output_timeout_s: float = _default("first_output_timeout_s")
+    request_timeout_s: float = _default("request_timeout_s")
+    idle_timeout_s: float = _default("idle_timeout_s")
+    pre_answer_keepalive_s: float = _default("pre_answer_keepalive_s")
+    staging_limit: int = _default("staging_limit")
+    rewrite_capacity_codes: bool = _default("rewrite_capacity_codes")
+    retry_on: frozenset[int] = _default("retry_on")
+    continue_after_cut: tuple[str, ...] = _default("continue_after_cut")  # strategies, in order; () keeps a cut a clean error
+    max_skip_s: float = _default("max_skip_s")  # the cap on a stated delay later requests honour (attempts/outages.py)
+    unreachable_skip_s: float = _default("unreachable_skip_s")  # an unreachable upstream is skipped this long; 0 off
+    hedge_after_s: float = _default("hedge_after_s")  # no output by then: the next upstream starts too; 0 off
 
     def overlay(self, spec: Settings) -> "AttemptSettings":
         """These settings with those `spec` sets (a route's over the defaults)."""
@@ -57,7 +72,7 @@ class AttemptSettings:
         for name in Settings.model_fields:
             value = getattr(spec, name)
             if value is not None:
-                changes[name] = frozenset(value) if name == "retry_on" else tuple(value) if isinstance(value, list) else value
+                changes[name] = _runtime(name, value)
         return replace(self, **changes)
 
 
