@@ -114,11 +114,11 @@ class AttemptRecord:
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
                "event_type", "request_id", "duration_s", "fault", "continuation", "hedge")
 
-    def request_sent(self, sent: bool) -> None:
+    def request_sent(self, sent: bool, at: float) -> None:
         """The request is on a connection (or, False, going to a fresh one): a failure
         from now on happened waiting for the answer's headers, not connecting."""
         self.phase = "headers" if sent else "connect"
-        self.sent_at = time.monotonic() if sent else None
+        self.sent_at = at if sent else None
 
     def reached(self, phase: Phase) -> None:
         self.phase = phase
@@ -126,16 +126,16 @@ class AttemptRecord:
     def injected(self, fault: str) -> None:
         self.fault = fault
 
-    def answered(self, status: int, request_id: str | None) -> None:
+    def answered(self, status: int, request_id: str | None, at: float) -> None:
         """The answer's head arrived."""
         self.phase = "headers"
         self.status = status
         self.request_id = request_id
-        self.answered_at = time.monotonic()
+        self.answered_at = at
 
-    def upgraded(self) -> None:
+    def upgraded(self, at: float) -> None:
         """A WebSocket attempt's upgrade was accepted: its answer's first byte."""
-        self.answered_at = time.monotonic()
+        self.answered_at = at
 
     def failed(self, info: ErrorInfo, outcome: AttemptOutcome, message: str) -> None:
         """Failed before output; `message` is the failure's, redacted.  A transport

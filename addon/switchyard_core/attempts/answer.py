@@ -59,7 +59,7 @@ class HttpAttempt(Attempt):
 
     def opened(self, core: Core, status: int, headers: Mapping[str, str], now: float) -> None:
         self.status, self.headers = status, headers
-        self.record.answered(status, request_id(headers))
+        self.record.answered(status, request_id(headers), now)
         number = self.number
         if not 200 <= status < 300:
             self.phase = "error"

@@ -257,7 +257,7 @@ class ContinuationAttempt(Attempt):
 
     def opened(self, core: Core, status: int, headers: Mapping[str, str], now: float) -> None:
         self.status, self.headers = status, headers
-        self.record.answered(status, request_id(headers))
+        self.record.answered(status, request_id(headers), now)
         if not 200 <= status < 300:
             core.out(Read(self.number, "error", ERROR_BODY_LIMIT, span_s=self.deadlines.error_body))
         elif not is_event_stream(headers):

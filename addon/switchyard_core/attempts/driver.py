@@ -201,7 +201,7 @@ class Driver:
         try:
             async with asyncio.timeout_at(_loop_time(command.head_by)):
                 answer = await self.http.open(command.request, connect_timeout_s=command.connect_s,
-                                              sent=lambda on_connection: machine.sent(number, on_connection))
+                                              sent=lambda on_connection: machine.sent(number, on_connection, now()))
         except ConnectTimeout:
             self._event(lambda: machine.open_failed(number, "connect_timeout", None, now()))
             return

@@ -87,11 +87,11 @@ class ExchangeMachine:
         """The attempt with this number, while the core still reads its answer."""
         return self._live.get(number)
 
-    def sent(self, number: int, on_connection: bool) -> None:
+    def sent(self, number: int, on_connection: bool, now: float) -> None:
         """The request is on a connection (or, False, moving to a fresh one)."""
         attempt = self._live.get(number)
         if attempt is not None:
-            attempt.record.request_sent(on_connection)
+            attempt.record.request_sent(on_connection, now)
 
     def opened(self, number: int, status: int, headers: Mapping[str, str], now: float, *,
                faulted: bool = False) -> list[Command]:

@@ -76,14 +76,14 @@ class SocketAttempt(Attempt):
             return
         record = self.record
         record.reached("headers")
-        record.answered(status, None)
+        record.answered(status, None, now)
         record.kept(status, list(headers), body)
         core.failed(self, http_error_info(status, body), now, headers=CIMultiDict(headers))
 
     def opened(self, core: Core, status: int, headers: Mapping[str, str], now: float) -> None:
         turn = self._turn()
         settings = core.settings
-        self.record.upgraded()
+        self.record.upgraded(now)
         self.record.reached("staging")
         self.classifier = ResponsesStream()
         self.gate = Gate(self.classifier, staging_limit=settings.staging_limit,
