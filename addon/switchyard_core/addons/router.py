@@ -5,8 +5,9 @@ records the original request and re-aims the flow at the relay with a
 single-use token.  `responseheaders` enables streaming for the relay's SSE
 answer and puts back the URL of the upstream that answered; `response` does
 it again (headers may have left before the winner was known) and writes the
-flow's story into its metadata and comment (flow_story.py).  Flows that match
-no route are never touched.
+flow's story into its metadata and comment (flow_story.py).  Where flows are
+seen, each attempt and the commit are shown as they happen (live_story.py).
+Flows that match no route are never touched.
 """
 
 from __future__ import annotations
