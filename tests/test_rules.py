@@ -522,3 +522,6 @@ def test_the_outages_docs_rules_load_as_written(tmp_path: Path, monkeypatch: pyt
     route = rules.routes[0]
     assert [u.name for u in route.upstreams] == ["openai", "backup"] and rules.warnings == ()
     assert (route.settings.max_skip_s, route.settings.unreachable_skip_s, route.settings.hedge_after_s) == (300, 30, 0)
+    hedging = docs.split("## Hedging", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    hedged = load_rules(write(tmp_path, hedging)).routes[0]
+    assert hedged.settings.hedge_after_s == 4 and [u.name for u in hedged.upstreams] == ["openai", "backup"]

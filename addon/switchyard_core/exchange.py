@@ -12,8 +12,8 @@ and returns (addons/live_story.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from .apis import ErrorInfo

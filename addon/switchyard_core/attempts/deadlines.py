@@ -118,7 +118,7 @@ class Deadlines:
     def no_continued_text(self, cut_at: float) -> str:
         """A continuation's first continued character did not come by `continued_by`."""
         effort, staged = self._effort_by(cut_at), self.staged_by
-        if effort is not None and (staged is None or effort < staged):
+        if effort is not None and (staged is None or effort <= staged):
             return f"no continued text within {self.quiet_staged:g}s of the cut"
         bounds = [b for b in (self.quiet_staged, self.first_output) if b is not None]
         return f"no continued text within {min(bounds) if bounds else 0:g}s"
