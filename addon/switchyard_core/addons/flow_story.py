@@ -21,7 +21,10 @@ from .. import observe
 from ..exchange import Exchange, OriginalRequest
 from ..observe import METADATA_KEY
 from ..relay import TOKEN_HEADER
+from ..rules import Upstream
+from ..translate.request import Untranslatable
 from ..upstreams.messages import build_request, is_cross_origin, redact_query
+from ..upstreams.translated import translated_request
 from .attempt_flows import DISPLAY_LIMIT, shows_a_flow, what
 
 
@@ -99,11 +102,23 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange, view: Flow
         request.url = redact_query(answered)  # a credential it was asked to forward is shown as no other
         upstream = next((u for u in exchange.route.upstreams if record and u.name == record.upstream), None)
         if upstream is not None:
-            request.raw_content = build_request(original, upstream, exchange.route.api).body  # with its own model, if it has one
+            request.raw_content = _sent_body(exchange, upstream)
         request.headers["Content-Length"] = str(len(request.raw_content or b""))  # a replay sends it whole
         return
     request.url = answered
     _restore_host_header(request, original)
+
+
+def _sent_body(exchange: Exchange, upstream: Upstream) -> bytes:
+    """The body the answering upstream was sent, whole (a replay sends it): with its own
+    model, and in its own API where it speaks another (docs/translation.md)."""
+    original = exchange.request
+    if upstream.api not in (None, exchange.route.api):
+        try:
+            return translated_request(original, upstream, exchange.route.api)[0].body
+        except Untranslatable:
+            return original.body
+    return build_request(original, upstream, exchange.route.api).body
 
 
 def _restore_host_header(request: http.Request, original: OriginalRequest) -> None:
