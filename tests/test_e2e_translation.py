@@ -13,93 +13,32 @@ a valid request in its own API, its model, its key, none of the client's credent
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import Env
 from tests.support import wire
-from tests.support.fake_provider import FakeProvider
-from tests.support.mitm import Mitmdump, mitmdump_on
 from tests.support.xapi import (
     ANTHROPIC,
-    AUTH_HEADERS,
-    BACKUP_AUTH,
-    BACKUP_KEY,
     CHAT,
-    CLIENT_KEYS,
     GEMINI,
-    MODELS,
     PAIRS,
-    PROMPT,
     RESPONSES,
+    SHORT,
     STOP_WORDS,
     TOOL_DESCRIPTION,
     WEATHER_SCHEMA,
-    ask_whole_with_sdk,
     backup,
-    backup_path,
-    credentials_seen,
     fail_primary,
-    pair_rules,
     primary,
-    prompt_sent,
     stream_with_sdk,
     tool_answer,
     tools_sent,
 )
-from tests.test_translate_requests_shapes import sdk_valid
+from tests.support.xapi_env import asked, backup_request, base, env, xapi_mitm  # noqa: F401 -- fixtures
 
 IDS = [f"{client}->{up}" for client, up in PAIRS]
 TOOL_ARGS = json.loads(wire.TOOL_ARGUMENTS)
-
-
-@pytest.fixture(scope="module")
-def xapi_mitm(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mitmdump]:
-    with mitmdump_on(tmp_path_factory.mktemp("mitm-xapi"), pair_rules(provider.ports[1]),
-                     reverse_target=f"http://127.0.0.1:{provider.ports[0]}",
-                     env={"SWY_XAPI_BACKUP_KEY": BACKUP_KEY}) as dump:
-        yield dump
-
-
-@pytest.fixture
-def env(provider: FakeProvider, xapi_mitm: Mitmdump) -> Iterator[Env]:
-    provider.reset()
-    yield Env(provider, xapi_mitm, Path(xapi_mitm.log_path).parent / "rules.yaml")
-    provider.reset()
-
-
-def base(env: Env, client: str, up: str) -> str:
-    return f"{env.mitm.reverse_url}/{primary(client, up)}"
-
-
-def asked(env: Env) -> list[str]:
-    return [call.upstream for call in env.provider.calls]
-
-
-def backup_request(env: Env, client: str, up: str, *, stream: bool = True) -> dict:
-    """The one request the backup got, checked as its provider would take it: at its own
-    API's path, valid for its SDK's request type, its model, its own key, none of the
-    client's credentials, the client's prompt."""
-    [call] = env.provider.calls_to(backup(client, up))
-    assert call.path == backup_path(up, backup(client, up), stream=stream)
-    body = call.json()
-    assert isinstance(body, dict)
-    sdk_valid(up, body, stream=stream)
-    if up == GEMINI:
-        assert "model" not in body  # it lives in the path
-        assert call.query == ("alt=sse" if stream else "")
-    else:
-        assert body["model"] == MODELS[up]
-        assert body.get("stream", False) is stream
-    assert call.headers[AUTH_HEADERS[up]] == BACKUP_AUTH[up]
-    seen = credentials_seen(call)
-    assert all(key not in seen for key in CLIENT_KEYS.values()), seen
-    if up == ANTHROPIC:
-        assert call.headers["anthropic-version"] == "2023-06-01"
-    assert prompt_sent(up, body) == PROMPT
-    return body
 
 
 # --- (a) a text answer -------------------------------------------------------------------
@@ -119,11 +58,7 @@ def test_a_text_answer_comes_from_a_backup_of_another_api(env: Env, client: str,
     body = backup_request(env, client, up)
     if up == CHAT:  # usage is asked for: every other client always gets it
         assert body["stream_options"] == {"include_usage": True}
-    env.mitm.wait_for_log(f"switchyard.fallback_answered route={client_short(client)}-to-", mark)
-
-
-def client_short(client: str) -> str:
-    return {CHAT: "chat", RESPONSES: "responses", ANTHROPIC: "messages", GEMINI: "gemini"}[client]
+    env.mitm.wait_for_log(f"switchyard.fallback_answered route={SHORT[client]}-to-{SHORT[up]} upstream=backup", mark)
 
 
 # --- (b) a tool call with streamed arguments, (c) tool definitions translated ----------------

@@ -193,7 +193,7 @@ def stream_with_sdk(client: str, base: str, *, tools: bool = False, prompt: str 
 
 
 def read_gemini(chunk: gtypes.GenerateContentResponse, seen: Seen) -> None:
-    candidate = (chunk.candidates or [None])[0]
+    candidate = chunk.candidates[0] if chunk.candidates else None
     if candidate is not None:
         for part in (candidate.content.parts if candidate.content else None) or []:
             if part.function_call is not None:
@@ -242,8 +242,8 @@ def ask_whole_with_sdk(client: str, base: str, *, tools: bool = False) -> Seen:
         seen.usage = (message.usage.input_tokens, message.usage.output_tokens)
     else:
         config = gtypes.GenerateContentConfig(tools=tools_for(GEMINI)) if tools else None
-        read_gemini(gemini_sdk(base).models.generate_content(model=CLIENT_MODELS[GEMINI], contents=PROMPT,
-                                                             config=config), seen)
+        sdk = gemini_sdk(base)  # held: a client collected mid-request closes its connection
+        read_gemini(sdk.models.generate_content(model=CLIENT_MODELS[GEMINI], contents=PROMPT, config=config), seen)
     return seen
 
 

@@ -14,6 +14,7 @@ once, here, for all of them (docs/architecture.md, "The attempt core").
 from __future__ import annotations
 
 import logging
+from functools import partial
 from collections.abc import Callable, Mapping, Sequence
 
 from .. import observe
@@ -30,13 +31,13 @@ from ..upstreams.messages import (UpstreamRequest, build_request, display_url, f
                                   secret_header_names)
 from ..upstreams.websocket import websocket_url
 from ..ws_items import Closed
-from .answer import HttpAttempt
+from .answer import HttpAttempt, in_client_shape
 from .attempt import Attempt, Cut
 from .client_stream import ClientSink, ClientStream
 from .commands import CloseClient, Command, Finished, Inject, Open, Stop, Timer, TimerName
 from .continuing import Continuing
 from .deadlines import Deadlines
-from .endings import Endings
+from .endings import Answered, Endings
 from .log import AttemptLog
 from .outages import FailureKind, Outages
 from .policy import UpstreamTry, judge
@@ -394,13 +395,18 @@ class ExchangeMachine:
                                                              started=now))
             self._live[record.attempt] = attempt
             info = ErrorInfo(status=502, code=UNTRANSLATABLE, event_type="untranslatable",
-                             message=f"not asked: {exc.reason}")
-            self.failed(attempt, info, now)
+                             message=f"switchyard: upstream {upstream.name} not asked: {exc.reason}")
+            # with no upstream left, the client hears this reason in its own API, not an earlier failure
+            self.failed(attempt, info, now, forward=partial(self._tell, in_client_shape(self.api.name, info, record), info))
             return None
         if translated.left_out:
             observe.emit(logging.INFO, "switchyard.translated", route=self.route.name, upstream=upstream.name,
                          api=upstream.api, left_out="; ".join(translated.left_out), **self.log.context)
         return request, translated_display_url(upstream, original.wants_stream)
+
+    def _tell(self, told: Answered, info: ErrorInfo) -> None:
+        self.end.forward(told, info)
+        self.finish()
 
     def reopen_over_http(self, attempt: Attempt, now: float) -> None:
         """A WebSocket upgrade refused by an upstream that speaks HTTP: the same try,
