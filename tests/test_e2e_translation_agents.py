@@ -54,7 +54,7 @@ def test_claude_code_reads_a_file_and_answers_from_it_on_an_openai_chat_backup(t
         assert done.stdout.strip() == provider.answer_text(True)
         gpt = posts(bed, "gpt")
         assert len(gpt) == 2, [c.body[:300] for c in gpt]  # the tool call, then the answer from its result
-        first, second = (call.json() for call in gpt)
+        first, second = (json.loads(call.body) for call in gpt)
         for call in gpt:
             assert call.headers["Authorization"] == f"Bearer {BACKUP_KEY}"
             assert CLAUDE_KEY not in json.dumps(call.headers) + call.query
@@ -116,7 +116,7 @@ def test_gemini_cli_gets_its_answer_from_an_openai_backup(tmp_path: Path, api: s
         [call] = posts(bed, "openai")
         assert call.headers["Authorization"] == f"Bearer {BACKUP_KEY}"
         assert GEMINI_KEY not in json.dumps(call.headers) + call.query
-        body = call.json()
+        body = json.loads(call.body)
         assert body["model"] == "gpt-4.1-mini" and body["stream"] is True
         sdk_valid(api, body)  # the OpenAI SDK's own request type takes it
         names = [t["function"]["name"] if api == "openai-chat" else t["name"] for t in body["tools"]]
