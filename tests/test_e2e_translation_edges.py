@@ -130,6 +130,21 @@ def test_an_in_stream_refusal_of_an_anthropic_backup_reaches_a_chat_client_as_it
     assert asked(env) == [primary(CHAT, ANTHROPIC), backup(CHAT, ANTHROPIC)]
 
 
+def test_a_translated_upstreams_failure_stays_in_the_clients_api_when_a_later_upstream_is_unreachable(
+        env: Env) -> None:
+    """The route ends on a refused connection after the Anthropic upstream's overload: the
+    client gets that overload, told as Chat tells one, never Anthropic's own stream."""
+    env.provider.script("b-first", Reply.sse(wire.anthropic_error("overloaded_error", "Overloaded")))
+    mark = env.mitm.log_mark()
+    with pytest.raises(openai.APIError) as raised:
+        stream_with_sdk(CHAT, f"{env.mitm.reverse_url}/p-first")
+    error = raised.value
+    assert isinstance(error, openai.APIStatusError), f"{type(error).__name__}: {error}"
+    assert error.status_code >= 500 and isinstance(error.body, dict) and error.body["message"] == "Overloaded", error.body
+    assert asked(env) == ["b-first"]
+    env.mitm.wait_for_log("switchyard.attempt_failed route=chat-claude-first upstream=dead", mark)
+
+
 # --- content that cannot be carried -------------------------------------------------------
 
 WAV = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(28)).decode()

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import Env
 from tests.support.fake_provider import FakeProvider
-from tests.support.mitm import Mitmdump, mitmdump_on
+from tests.support.mitm import Mitmdump, mitmdump_on, refused_port
 from tests.support.xapi import (
     ANTHROPIC,
     AUTH_HEADERS,
@@ -49,9 +49,27 @@ def continuation_routes(port: int) -> str:
     return routes
 
 
+def translated_first_route(port: int, dead: int) -> str:
+    """A Chat route whose first upstream speaks Anthropic, its second unreachable."""
+    return f"""\
+  - name: chat-claude-first
+    api: openai-chat
+    match: {{path: /p-first/v1/chat/completions}}
+    upstreams:
+      - name: claude
+        api: anthropic-messages
+        url: http://127.0.0.1:{port}/b-first/v1/messages
+        model: {MODELS[ANTHROPIC]}
+        retries: 0
+        auth: {{header: x-api-key, value: "${{SWY_XAPI_BACKUP_KEY}}"}}
+      - {{name: dead, url: "http://127.0.0.1:{dead}/dead/v1/chat/completions", retries: 0}}
+"""
+
+
 @pytest.fixture(scope="module")
 def xapi_mitm(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mitmdump]:
-    rules = pair_rules(provider.ports[1]) + continuation_routes(provider.ports[1])
+    rules = (pair_rules(provider.ports[1]) + continuation_routes(provider.ports[1])
+             + translated_first_route(provider.ports[1], refused_port()))
     with mitmdump_on(tmp_path_factory.mktemp("mitm-xapi"), rules, reverse_target=f"http://127.0.0.1:{provider.ports[0]}",
                      env={"SWY_XAPI_BACKUP_KEY": BACKUP_KEY}) as dump:
         yield dump

@@ -166,7 +166,12 @@ class HttpAttempt(Attempt):
         core.finish()
 
     def _in_client_shape(self, core: Core, answered: Answered, info: ErrorInfo) -> Answered:
-        return in_client_shape(core.api.name, info, answered.record)
+        """A translated upstream's failure as the client gets it, now or when the route is
+        exhausted later (the attempt still shows what its upstream sent)."""
+        told = in_client_shape(core.api.name, info, answered.record)
+        if core.end.last_answered is answered:
+            core.end.last_answered = told
+        return told
 
     def _commit_whole(self, core: Core, first_event: str) -> bool:
         """Commit a non-streaming answer; True if the client already had a stream's
