@@ -24,6 +24,7 @@ from tests.support import gemini_wire, wire
 from tests.support.fake_provider import Reply
 from tests.support.xapi import (
     ANTHROPIC,
+    BACKUP_KEY,
     CHAT,
     CLIENT_MODELS,
     GEMINI,
@@ -118,6 +119,19 @@ def test_a_fatal_error_of_the_translated_backup_reaches_the_client_in_its_own_ap
     assert asked(env) == [primary(client, up), backup(client, up)]
     log = env.mitm.wait_for_log(f"switchyard.attempt_failed route={SHORT[client]}-to-{SHORT[up]} upstream=backup", mark)
     assert "decision=fatal" in log
+
+
+def test_the_translated_backups_own_key_never_echoes_back_to_the_client(env: Env) -> None:
+    """OpenAI's 401 quotes the key it was given: the Claude client hears the refusal, not the key."""
+    fail_primary(env.provider, ANTHROPIC, CHAT)
+    quoted = {"error": {"message": f"Incorrect API key provided: {BACKUP_KEY}. You can find your API key at "
+                                   "https://platform.openai.com/account/api-keys.",
+                        "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
+    env.provider.script(backup(ANTHROPIC, CHAT), Reply.json(401, quoted))
+    with pytest.raises(anthropic.AuthenticationError) as raised:
+        stream_with_sdk(ANTHROPIC, base(env, ANTHROPIC, CHAT))
+    said = json.dumps(raised.value.body)
+    assert "Incorrect API key provided" in said and BACKUP_KEY not in said, said
 
 
 def test_an_in_stream_refusal_of_an_anthropic_backup_reaches_a_chat_client_as_its_error(env: Env) -> None:
