@@ -72,6 +72,9 @@ def test_a_tool_call_comes_from_a_backup_of_another_api(env: Env, client: str, u
     [(name, arguments, call_id)] = seen.calls
     assert name == wire.TOOL_NAME and arguments == TOOL_ARGS
     assert call_id, "the client sends the result back by this id"
+    # streamed in pieces where both APIs stream them (Gemini sends and takes a call whole)
+    pieces = len(wire.pieces(wire.TOOL_ARGUMENTS))
+    assert seen.argument_pieces == (0 if client == GEMINI else 1 if up == GEMINI else pieces)
     assert seen.stop == STOP_WORDS[client][1]
     if up == GEMINI:  # Gemini says its text beside no call here
         assert seen.text == ""

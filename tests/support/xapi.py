@@ -114,6 +114,7 @@ class Seen:
     calls: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)  # name, arguments, id
     stop: str | None = None
     usage: tuple[int, int] | None = None  # input and output tokens
+    argument_pieces: int = 0  # the tool call's arguments, in how many deltas the SDK saw them arrive
 
 
 def chat_sdk(base: str) -> openai.OpenAI:
@@ -154,6 +155,8 @@ def stream_with_sdk(client: str, base: str, *, tools: bool = False, prompt: str 
         extra: dict[str, Any] = {"tools": tools_for(CHAT)} if tools else {}
         with chat_sdk(base).chat.completions.stream(model=CLIENT_MODELS[CHAT], messages=[{"role": "user", "content": prompt}],
                                                     stream_options={"include_usage": True}, **extra) as stream:
+            for event in stream:
+                seen.argument_pieces += event.type == "tool_calls.function.arguments.delta" and event.arguments_delta != ""
             final = stream.get_final_completion()
         choice = final.choices[0]
         seen.text = choice.message.content or ""
@@ -165,6 +168,8 @@ def stream_with_sdk(client: str, base: str, *, tools: bool = False, prompt: str 
     elif client == RESPONSES:
         extra = {"tools": tools_for(RESPONSES)} if tools else {}
         with responses_sdk(base).responses.stream(model=CLIENT_MODELS[RESPONSES], input=prompt, **extra) as stream:
+            for r_event in stream:
+                seen.argument_pieces += r_event.type == "response.function_call_arguments.delta"
             response = stream.get_final_response()
         seen.text = response.output_text
         seen.calls = [(item.name, json.loads(item.arguments), item.call_id)
@@ -176,6 +181,8 @@ def stream_with_sdk(client: str, base: str, *, tools: bool = False, prompt: str 
         extra = {"tools": tools_for(ANTHROPIC)} if tools else {}
         with anthropic_sdk(base).messages.stream(model=CLIENT_MODELS[ANTHROPIC], max_tokens=1024,
                                                  messages=[{"role": "user", "content": prompt}], **extra) as stream:
+            for a_event in stream:
+                seen.argument_pieces += a_event.type == "input_json" and a_event.partial_json != ""
             message = stream.get_final_message()
         seen.text = "".join(block.text for block in message.content if block.type == "text")
         seen.calls = [(block.name, dict(block.input), block.id) for block in message.content
