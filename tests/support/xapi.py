@@ -156,7 +156,8 @@ def stream_with_sdk(client: str, base: str, *, tools: bool = False, prompt: str 
         with chat_sdk(base).chat.completions.stream(model=CLIENT_MODELS[CHAT], messages=[{"role": "user", "content": prompt}],
                                                     stream_options={"include_usage": True}, **extra) as stream:
             for event in stream:
-                seen.argument_pieces += event.type == "tool_calls.function.arguments.delta" and event.arguments_delta != ""
+                if event.type == "tool_calls.function.arguments.delta" and event.arguments_delta:
+                    seen.argument_pieces += 1  # (not the call's header, whose arguments are "")
             final = stream.get_final_completion()
         choice = final.choices[0]
         seen.text = choice.message.content or ""
