@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from switchyard_core.attempts.deadlines import Deadlines
+from switchyard_core.attempts.deadlines import Deadlines, effort_over
 from switchyard_core.rules import AttemptSettings
 
 SETTINGS = AttemptSettings()  # connect 10, headers 30, first output off, request 600, idle 60
@@ -61,3 +61,21 @@ def test_every_timeout_is_a_retryable_504() -> None:
     for info in (d.no_connection(), d.no_head(), d.incomplete(), d.silent_while_staged(now=0.0)):
         assert (info.status, info.event_type, info.retryable_hint) == (504, "timeout", True)
     assert d.no_connection().message == "no connection within 10s"
+
+
+def test_a_continuations_first_character_is_due_from_its_start_and_never_past_request_timeout_s_after_the_cut() -> None:
+    """Its staged bound from its own start (comments and empty deltas move nothing), and
+    every try of the effort within request_timeout_s of the cut together."""
+    settings = replace(SETTINGS, request_timeout_s=20.0, first_output_timeout_s=1.0)
+    d = Deadlines.of(settings, streams=True, started=105.0)
+    assert d.continued_by(cut_at=100.0) == 106.0  # first_output_timeout_s from its start
+    assert d.continuation_wait(100.0, now=105.5, head=False) == pytest.approx(0.5)
+    assert d.continuation_wait(100.0, now=105.5, head=True) == pytest.approx(0.5)  # its head waits no longer
+    assert d.no_continued_text(cut_at=100.0) == "no continued text within 1s"
+    late = Deadlines.of(settings, streams=True, started=119.5)
+    assert late.continued_by(cut_at=100.0) == 120.0  # the effort's bound comes first
+    assert late.no_continued_text(cut_at=100.0) == "no continued text within 20s of the cut"
+    assert not effort_over(settings, 100.0, now=119.9) and effort_over(settings, 100.0, now=120.0)
+    off = replace(SETTINGS, request_timeout_s=0.0)
+    assert Deadlines.of(off, streams=True, started=105.0).continued_by(cut_at=100.0) is None  # 0: no bound
+    assert not effort_over(off, 100.0, now=1e9)

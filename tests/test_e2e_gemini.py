@@ -124,6 +124,22 @@ def test_a_retry_delay_longer_than_max_backoff_moves_on_to_the_backup(env: Env) 
     assert "decision=next_upstream" in env.mitm.wait_for_log("switchyard.fallback_answered", mark)
 
 
+@pytest.mark.parametrize("delay, then", [
+    ({"seconds": int("9" * 400)}, "backup"),  # float() of it overflowed: a 502 internal error, the backup never asked
+    ("1e999s", "primary"), ("-5s", "primary"), ({"seconds": "NaN"}, "primary"), ({"seconds": -30}, "primary"),
+], ids=["400-digits", "exponent", "negative", "nan-string", "negative-seconds"])
+def test_a_retry_delay_that_is_no_delay_is_clamped_or_ignored(env: Env, delay: object, then: str) -> None:
+    """Huge: longer than max_backoff_ms, so the backup is asked; anything that is no delay
+    is ignored, and the route's own backoff retries."""
+    retry_info = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}]
+    body = gemini_wire.error_body(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted.", retry_info)
+    env.provider.script("primary", Reply.json(429, body))
+    mark = env.mitm.log_mark()
+    assert stream_text(env) == text_of(then)
+    assert upstreams(env) == ["primary", then]
+    assert "internal_error" not in env.mitm.log_since(mark)
+
+
 @pytest.mark.parametrize("fixture", ["gemini_http_429_per_day.json", "gemini_http_400_token_limit.json"])
 def test_a_daily_quota_or_an_overlong_prompt_goes_to_the_next_upstream_only(env: Env, fixture: str) -> None:
     status = json.loads((FIXTURES / fixture).read_bytes())["error"]["code"]

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from switchyard_core.redaction import PARTIAL_SECRET_MIN, StreamRedactor, redact_bytes
+from switchyard_core.redaction import (
+    CLOSE_REASON_LIMIT,
+    PARTIAL_SECRET_MIN,
+    StreamRedactor,
+    redact_bytes,
+    redact_headers,
+    redact_text,
+)
 
 SECRETS = (b"sk-live-0123456789", b"gsk_abcdefgh")
 
@@ -102,3 +109,25 @@ def test_a_run_of_one_repeated_value_is_not_held_without_bound() -> None:
     redactor = StreamRedactor((b"aaaaaaaa",))
     passed = sum(len(redactor.feed(b"a" * 1000)) for _ in range(100))
     assert passed > 0 and len(redactor.flush()) <= len(b"[redacted]")
+
+
+# --- what an upstream sends whole: a header value, a close reason ---------------------------
+
+
+def test_a_close_reason_cut_inside_a_value_by_its_sender_loses_the_start_of_the_value_too() -> None:
+    reason = "bad key sk-live-0123456789 and sk-live-01"  # the sender cut it inside a second one
+    assert redact_text(reason, SECRETS, limit=CLOSE_REASON_LIMIT) == "bad key [redacted] and [redacted]"
+
+
+def test_a_close_reason_that_grows_past_its_limit_is_cut_on_a_characters_edge() -> None:
+    secrets = (b"k1-abcde",)  # 8 bytes, each becomes 10
+    reason = "k1-abcde" * 2 + "é" * 53 + "x"  # 123 bytes: the most a close frame carries
+    out = redact_text(reason, secrets, limit=CLOSE_REASON_LIMIT)
+    assert out == "[redacted][redacted]" + "é" * 51 and len(out.encode()) == 122
+
+
+def test_a_header_value_is_redacted_whole_and_nothing_else_changes() -> None:
+    headers = [("WWW-Authenticate", 'Bearer token="sk-live-0123456789"'), ("X-Tail", "ends with sk-l")]
+    assert redact_headers(headers, SECRETS) == [("WWW-Authenticate", 'Bearer token="[redacted]"'),
+                                                ("X-Tail", "ends with sk-l")]
+    assert redact_headers(headers, ()) == headers

@@ -182,6 +182,42 @@ class StreamRedactor:
         return longest
 
 
+def redact_cut(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    """`redact_bytes` on what may have been cut short (at a limit of the sender's or of
+    Switchyard's): a value's start at its end is redacted too, as at a stream's end."""
+    if not secrets:
+        return data
+    redactor = StreamRedactor(secrets)
+    return redactor.feed(data) + redactor.flush()
+
+
+CLOSE_REASON_LIMIT = 123  # bytes of a WebSocket close frame's reason (RFC 6455 5.5: 125 with its code)
+
+
+def redact_text(text: str, secrets: tuple[bytes, ...], *, limit: int | None = None) -> str:
+    """`redact_bytes` on a short text an upstream sent whole (a header value, a close
+    reason).  With `limit` (a close reason's CLOSE_REASON_LIMIT bytes, which its sender
+    may have cut inside a value) a value's start at its end goes too (`redact_cut`), and
+    the result is cut to `limit` bytes on a character's edge (`[redacted]` is longer than
+    a short value)."""
+    if not secrets:
+        return text
+    data = text.encode("utf-8", "surrogateescape")
+    out = (redact_bytes(data, secrets) if limit is None else redact_cut(data, secrets)).decode("utf-8", "surrogateescape")
+    if limit is not None:
+        while len(out.encode("utf-8", "surrogateescape")) > limit:
+            out = out[:-1]
+    return out
+
+
+def redact_headers(headers: Iterable[tuple[str, str]], secrets: tuple[bytes, ...]) -> list[tuple[str, str]]:
+    """Header values with `secrets` redacted (`WWW-Authenticate: Bearer error="invalid_token",
+    token="<the key it refused>"`)."""
+    if not secrets:
+        return list(headers)
+    return [(name, redact_text(value, secrets)) for name, value in headers]
+
+
 def _longest_first(values: Iterable[str]) -> tuple[str, ...]:
     found = {part for value in values for part in (value, *value.split()) if len(part) >= 8}
     return tuple(sorted(found, key=len, reverse=True))

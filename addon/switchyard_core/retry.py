@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .apis import Decision
+from .delays import delay_in_text, stated_delay_s
 
 
 PlanAction = Literal["retry", "next_upstream", "give_up"]
@@ -23,27 +24,24 @@ class Plan:
 
 
 def retry_after_s(headers: Mapping[str, str] | None) -> float | None:
-    """`retry-after-ms`, then `retry-after` (seconds or an HTTP date), as the SDKs read them."""
+    """`retry-after-ms`, then `retry-after` (seconds or an HTTP date), as the SDKs read them;
+    a value that is no delay is ignored, a huge one cut (delays.py)."""
     if not headers:
         return None
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms:
-        try:
-            return max(0.0, float(raw_ms) / 1000)
-        except ValueError:
-            pass
+    from_ms = delay_in_text(headers.get("retry-after-ms"), scale=0.001)
+    if from_ms is not None:
+        return from_ms
     raw = headers.get("retry-after")
     if not raw:
         return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
+    seconds = delay_in_text(raw)
+    if seconds is not None:
+        return seconds
     try:
         when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
+        return stated_delay_s(max(0.0, when.timestamp() - time.time()))
+    except (TypeError, ValueError, OverflowError, IndexError):
         return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def plan_after_failure(
@@ -73,6 +71,7 @@ def plan_after_failure(
         return move_on
     if tries_used > budget:
         return move_on
+    retry_after = stated_delay_s(retry_after)  # whoever read it: never NaN, never negative
     if retry_after is not None:
         if retry_after * 1000 > max_backoff_ms:
             return move_on

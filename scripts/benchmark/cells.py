@@ -15,7 +15,7 @@ import aiohttp
 
 from benchmark.clients import Read, Sample, new_session, read_cut_stream, read_stream
 from benchmark.constants import PATHS, Proxies
-from benchmark.frames import CUT_AFTER, answer_frames
+from benchmark.frames import answer_frames
 from benchmark.procstats import cpu_seconds, kernel_cpu_seconds, machine_busy_s, ours_cpu_s, rss_kb, wakeups
 
 BURST_PAUSE_S = 0.05  # between one burst's end and the next one's start: the proxy settles first
@@ -129,7 +129,7 @@ class Bench:
         """Switchyard only: a stream cut after output, finished by the prefill backup."""
         _, proxy = self.proxies[path]
         read = await read_cut_stream(self.sessions[path], self.cut_url, proxy)
-        want = CUT_AFTER + self.args.tokens  # the backup's whole (normal) answer continues the text
+        want = self.args.tokens  # the cut answer's CUT_AFTER frames, then the prefill backup's rest
         error = None
         if read.status != 200:
             error = f"status {read.status}"

@@ -5,7 +5,8 @@ It answers Chat Completions paced like a model, on two ports (two origins):
 
   /ok/...      a normal answer
   /fail/...    HTTP 200 whose first frame is an in-stream 503, then the end
-  /backup/...  a normal answer (a fallback's or a continuation's backup)
+  /backup/...  a normal answer (a fallback's), or to a prefill (a continuation's) the
+               rest of it after the /cut/ answer's CUT_AFTER content frames
   /xfail/...   as /fail/, on the route whose backup speaks another API
   /xbackup/v1/messages  the normal answer as Anthropic Messages streams it (the translated fallback's backup)
   /cut/...     the role frame and CUT_AFTER content frames, then a reset
@@ -39,6 +40,8 @@ from aiohttp import web
 from benchmark.frames import (CUT_AFTER, FAIL_FRAME, HOLD_FIELD, STAGING_HOLD_MAX_S, STAGING_TOKENS_MAX, WS_PATH,
                               anthropic_answer_frames, answer_frames, hold_answer_frames, ws_turn_messages)
 from benchmark.processes import raise_nofile_limit
+
+PREFILLED = b'"role":"assistant"'  # in a request body: a continuation's prefill (the client's own ask none)
 
 
 @dataclass
@@ -107,6 +110,10 @@ class Upstream:
             await response.write(frames[-2] + frames[-1])  # message_delta (usage), message_stop
             await response.write_eof()
             return response
+        if PREFILLED in body:
+            # a continuation's prefill (its request ends with the cut answer's text): as a
+            # prefill-capable model does, only the rest of the same answer
+            frames = [frames[0], *frames[1 + CUT_AFTER:]]
         if upstream == "cut":
             await response.write(frames[0])
             for frame in frames[1:1 + CUT_AFTER]:

@@ -2,13 +2,14 @@
 
 Each client `response.create` (a WebSocket message) or `POST /v1/responses`
 takes the next scripted turn (a list of message texts, sent back to back; a
-number in it is a pause in seconds; `CLOSE` closes the WebSocket there, `PING` pings, `HOLD` reads
-and sends nothing until `release()`) from the
+number in it is a pause in seconds; `CLOSE` closes the WebSocket there (a `Close` with its
+code and reason), `PING` pings, `HOLD` reads and sends nothing until `release()`) from the
 queue the test filled; with none left it answers a normal turn.  Over HTTP the
 same texts go as SSE events.  Every `response.create` received is recorded
 exactly, every POST body too, with the headers of each handshake and POST.
 `websocket=False` makes it refuse upgrades with `refusal` (404 unless a test sets
-another), as an HTTP-only upstream does.
+another; `refusal_text` and `refusal_headers` its body and headers), as an HTTP-only
+upstream does.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import ssl
 import threading
 from collections import deque
+from dataclasses import dataclass
 
 from aiohttp import WSMsgType, web
 
@@ -103,6 +105,16 @@ def warm_up_turn(rid: str) -> list[str]:
 
 
 CLOSE = "CLOSE"  # in a script: the server closes the WebSocket (code 1000) there
+
+
+@dataclass(frozen=True)
+class Close:
+    """In a script: the server closes the WebSocket there with this code and reason."""
+
+    code: int
+    reason: str
+
+
 PING = "PING"  # in a script: the server sends a ping there
 HOLD = "HOLD"  # in a script: the server neither reads nor sends until `release()`
 
@@ -112,6 +124,8 @@ class WsProvider:
         self.port = free_port()
         self.websocket = websocket
         self.refusal = 404  # the status an upgrade gets with websocket=False
+        self.refusal_text = "no WebSocket here"
+        self.refusal_headers: dict[str, str] = {}
         self._ssl = ssl_context  # serve https/wss with it
         self.creates: list[str] = []  # every response.create text received, in order
         self.posts: list[bytes] = []  # every POST /v1/responses body, in order
@@ -123,7 +137,7 @@ class WsProvider:
         self.others = 0  # text messages received that are no response.create
         self.others_digest = hashlib.sha256()  # of their texts, in order
         self._release: asyncio.Event | None = None
-        self._scripts: deque[list[str | bytes | float]] = deque()
+        self._scripts: deque[list[str | bytes | float | Close]] = deque()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -147,7 +161,7 @@ class WsProvider:
         """`proxied_url` under `/prefix/`, the path by which a test's route picks this upstream."""
         return self.proxied_url.replace("/v1/responses", f"/{prefix}/v1/responses")
 
-    def script(self, *turns: list[str | bytes | float]) -> None:
+    def script(self, *turns: list[str | bytes | float | Close]) -> None:
         with self._lock:
             self._scripts.extend(turns)
 
@@ -162,6 +176,8 @@ class WsProvider:
             self.ended = 0
             self.sent = 0
             self.refusal = 404
+            self.refusal_text = "no WebSocket here"
+            self.refusal_headers = {}
 
     def release(self) -> None:
         """End a `HOLD`."""
@@ -187,7 +203,7 @@ class WsProvider:
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self._ssl).start()
 
-    def _next(self, turn: int) -> list[str | bytes | float]:
+    def _next(self, turn: int) -> list[str | bytes | float | Close]:
         with self._lock:
             return self._scripts.popleft() if self._scripts else list(answer_turn(f"resp_default{turn}"))
 
@@ -208,7 +224,7 @@ class WsProvider:
         for item in script:
             if isinstance(item, float | int):
                 await asyncio.sleep(item)
-            elif item == CLOSE:
+            elif item == CLOSE or isinstance(item, Close):
                 break
             elif isinstance(item, bytes):
                 continue  # a binary message: SSE has none
@@ -222,7 +238,7 @@ class WsProvider:
         with self._lock:
             self.handshakes.append(dict(request.headers))
         if not self.websocket:
-            return web.Response(status=self.refusal, text="no WebSocket here")
+            return web.Response(status=self.refusal, text=self.refusal_text, headers=self.refusal_headers)
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)
         with self._lock:
@@ -251,6 +267,9 @@ class WsProvider:
                     self.sent += 1
                 elif item == CLOSE:
                     await ws.close()
+                    return ws
+                elif isinstance(item, Close):
+                    await ws.close(code=item.code, message=item.reason.encode())
                     return ws
                 elif item == PING:
                     await ws.ping(b"keepalive")

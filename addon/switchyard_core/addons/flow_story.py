@@ -21,6 +21,7 @@ from mitmproxy.http import Headers
 from .. import observe
 from ..exchange import AttemptRecord, Exchange, OriginalRequest
 from ..observe import METADATA_KEY
+from ..redaction import env_secrets, redact_cut, redact_headers
 from ..relay import TOKEN_HEADER
 from ..upstreams.messages import build_request, is_cross_origin, redact_query
 
@@ -224,15 +225,18 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
     cut = ""
     if record.answer is not None:
         status, answer_headers, body = record.answer
+        # whatever an attempt kept, its upstream's own `${VAR}` values are never shown
+        secrets = _env_secrets_of(exchange, record.upstream)
         # a failed attempt may have held up to `staging_limit`; a flow keeps what a stream's does
-        kept = body[:DISPLAY_LIMIT]
-        response = http.Response.make(status, kept)
+        kept = len(body[:DISPLAY_LIMIT])
+        response = http.Response.make(status, redact_cut(body[:DISPLAY_LIMIT], secrets))
         # the headers as the upstream sent them: make() would claim a Content-Length
         # that a streamed answer never had
-        response.headers = Headers([(k.encode(), v.encode()) for k, v in answer_headers])
-        if len(kept) < len(body):
-            cut = f"; answer cut to its first {len(kept)} of {len(body)} bytes"
-            response.headers[TRUNCATED_HEADER] = f"first {len(kept)} of {len(body)} bytes kept"
+        response.headers = Headers([(k.encode(), v.encode("utf-8", "surrogateescape"))
+                                    for k, v in redact_headers(answer_headers, secrets)])
+        if kept < len(body):
+            cut = f"; answer cut to its first {kept} of {len(body)} bytes"
+            response.headers[TRUNCATED_HEADER] = f"first {kept} of {len(body)} bytes kept"
         attempt.response = response
         if 200 <= status < 300 and record.outcome != "continued":
             # the failure came inside a 2xx answer: mitmweb would list a plain green
@@ -248,6 +252,11 @@ def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord)
                        f"request body omitted{cut}")
     attempt.marked = ":arrows_counterclockwise:" if record.outcome == "continued" else ":red_circle:"
     return attempt
+
+
+def _env_secrets_of(exchange: Exchange, upstream: str) -> tuple[bytes, ...]:
+    found = next((u for u in exchange.route.upstreams if u.name == upstream), None)
+    return env_secrets(found) if found is not None else ()
 
 
 def _what(record: AttemptRecord) -> str:

@@ -38,6 +38,7 @@ from .request_body import RequestBody, not_routed_too_large, read_body, requeste
 from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, restore, show_attempts
 from .heap import freeze_startup_heap
 from .rules_keeper import RulesKeeper
+from .status import status_text
 from .streaming_note import StreamingNoteDeferral, unusable as streaming_note_unusable
 
 UPSTREAM_OPTIONS = {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir", "upstream_auth",
@@ -336,36 +337,7 @@ class Router:
     @command.command("switchyard.status")
     def status(self) -> str:
         """Routes, upstreams (with whether their credentials are present) and counters."""
-        rules = self.keeper.rules
-        lines = [f"rules: {rules.source if rules else '(none loaded)'}"]
-        for route in rules.routes if rules else ():
-            strategies = route.settings.continue_after_cut
-            lines.append(f"route {route.name} ({route.api})"
-                         + (f"; continue_after_cut={','.join(strategies)}" if strategies else ""))
-            for upstream in route.upstreams:
-                where = "original destination" if upstream.is_original else upstream.display_url
-                auth = "own auth set" if upstream.auth else ("client's credentials" if upstream.is_original else "no auth")
-                lines.append(f"  upstream {upstream.name}: {where}; {auth}; retries={upstream.retries}"
-                             + ("; prefill" if upstream.prefill else ""))
-        for warning in rules.warnings if rules else ():
-            lines.append(f"warning: {warning}")
-        if self.keeper.faults is not None:
-            lines.extend(f"fault: {line}" for line in self.keeper.faults.describe())
-        lines.extend(f"skipped: {line}" for line in self.keeper.outages.status(time.monotonic()))
-        counts = ", ".join(f"{k}={self.counters[k]}" for k in ("routed", "attempts", "failed_attempts", "retries_answered",
-                                                             "fallbacks", "suppressed_failovers",
-                                                             "continued_after_cut", "continuations_failed",
-                                                             "skipped", "hedged", "hedges_won"))
-        lines.append(f"counters: {counts}")
-        if self.relay is not None:
-            relay = self.relay
-            lines.append(f"relay: 127.0.0.1:{relay.port}, in flight={relay.in_flight}, unused tokens={relay.pending}, "
-                         f"answers={relay.answers} (in-process={relay.direct_answers})")
-            ws = relay.websocket
-            lines.append("websocket: " + ", ".join(f"{k}={ws['websocket_' + k]}" for k in (
-                "connections", "turns", "retries_answered", "fallbacks", "suppressed_failovers",
-                "continued_after_cut", "continuations_failed")))
-        text = "\n".join(lines)
+        text = status_text(self.keeper, self.counters, self.relay, time.monotonic())
         observe.log.info(observe.printable(text))
         return text
 

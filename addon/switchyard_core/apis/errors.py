@@ -92,8 +92,9 @@ def _as_status(value: Any) -> int | None:
         return None
     if isinstance(value, int) and 100 <= value <= 599:
         return value
-    if isinstance(value, str) and value.strip().isdigit():
-        number = int(value.strip())
+    text = value.strip() if isinstance(value, str) else ""
+    if len(text) == 3 and text.isascii() and text.isdigit():  # not "²", nor 5,000 digits: int() raises on both
+        number = int(text)
         return number if 100 <= number <= 599 else None
     return None
 

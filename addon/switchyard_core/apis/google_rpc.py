@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..delays import delay_in_text, duration_seconds
+
 _TYPE_PREFIX = "type.googleapis.com/google.rpc."
 
 # the canonical codes and the HTTP status each stands for (google/rpc/code.proto)
@@ -74,20 +76,15 @@ def _details_of(kind: str, details: Any) -> list[dict[str, Any]]:
 
 def duration_s(value: Any) -> float | None:
     """A protobuf Duration as JSON (`"38s"`, `"34.074824224s"`; `"900ms"` as some
-    gateways write it; `{"seconds": 38, "nanos": 0}` as a decoded message)."""
+    gateways write it; `{"seconds": 38, "nanos": 0}` as a decoded message), read as
+    any delay an upstream states is (delays.py: huge cut, negative or NaN ignored)."""
     if isinstance(value, str):
         found = _DURATION.match(value)
         if found is None:
             return None
-        number = float(found.group(1))
-        return number / 1000 if found.group(2) == "ms" else number
+        return delay_in_text(found.group(1), 0.001 if found.group(2) == "ms" else 1.0)
     if isinstance(value, dict):
-        seconds, nanos = value.get("seconds", 0), value.get("nanos", 0)
-        if isinstance(seconds, int | float | str) and isinstance(nanos, int | float):
-            try:
-                return float(seconds) + float(nanos) / 1e9
-            except ValueError:
-                return None
+        return duration_seconds(value.get("seconds", 0), value.get("nanos", 0))
     return None
 
 
@@ -97,12 +94,11 @@ def retry_delay_s(details: Any, message: str) -> float | None:
     for info in _details_of("RetryInfo", details):
         delay = duration_s(info.get("retryDelay"))
         if delay is not None:
-            return max(0.0, delay)
-    found = _RETRY_IN.search(message)
+            return delay
+    found = _RETRY_IN.search(message) if isinstance(message, str) else None
     if found is None:
         return None
-    number = float(found.group(1))
-    return number / 1000 if found.group(2) == "ms" else number
+    return delay_in_text(found.group(1), 0.001 if found.group(2) == "ms" else 1.0)
 
 
 def _daily(name: Any) -> bool:

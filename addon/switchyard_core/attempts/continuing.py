@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from .. import observe
 from ..apis import FrameKind, StreamClassifier
 from ..apis.errors import http_error_info
-from ..continuation import Diverged, NotContinuable, Overlap, Transcript, continuation_body, read_transcript, reframer_for
+from ..continuation import (Diverged, NotContinuable, Transcript, continuation_body, overlap_for, read_transcript,
+                            reframer_for)
 from ..continuation.reframe import Reframer
 from ..exchange import AttemptRecord
 from ..redaction import env_secrets
@@ -48,7 +49,7 @@ from ..ws_items import Closed
 from .answer import is_event_stream
 from .attempt import Attempt, Core, Cut
 from .commands import Expect, Open, Pipe, Read
-from .deadlines import Deadlines
+from .deadlines import Deadlines, effort_over
 from .policy import UpstreamTry
 
 ERROR_BODY_LIMIT = 64 * 1024  # of a continuation's failed answer: kept to show in mitmweb
@@ -115,9 +116,10 @@ class Continuing:
             if outcome is Outcome.FINISHED:
                 transcript = self._transcript
                 assert transcript is not None
-                self.answer = replace(transcript, text=attempt.reframer.whole_text)
+                whole = attempt.reframer.whole_text  # None: longer than is kept, and carried nowhere
+                self.answer = replace(transcript, text=whole) if whole is not None else None
                 core.end.continued()
-                if core.turn is not None:
+                if core.turn is not None and self.answer is not None:
                     core.turn.carry(self.answer, core.exchange.request.body)
                 core.finish()
                 return
@@ -159,6 +161,8 @@ class Continuing:
         transcript = self._transcript
         assert transcript is not None
         for strategy, upstream in self._tries:
+            if effort_over(self.core.settings, self._cut_at, now):
+                return False  # every try since the cut had its time together (deadlines.py)
             attempt = self._attempt(strategy, upstream, transcript, now)
             if attempt is not None:
                 return True
@@ -191,20 +195,22 @@ class Continuing:
                                request_headers=request.headers, secret_headers=secret_header_names(upstream),
                                continuation=strategy)
         exchange.attempts.append(record)
-        regenerate = strategy == "regenerate"
-        overlap = Overlap(transcript.text if regenerate else wanted.echo, strict=regenerate)
+        overlap = overlap_for(strategy, transcript.text, wanted.echo, wanted.restated)
         deadlines = Deadlines.of(core.settings, streams=True, started=now)
         index = next((i for i, u in enumerate(core.route.upstreams) if u is upstream), 0)
         attempt = ContinuationAttempt(UpstreamTry(index, upstream, 1, False), record, deadlines, env_secrets(upstream),
-                                      continuing=self, strategy=strategy, reframer=reframer_for(transcript, overlap),
+                                      continuing=self, strategy=strategy,
+                                      reframer=reframer_for(transcript, overlap, core.settings.staging_limit),
                                       classifier=core.api.stream_classifier(original.wants_usage),
                                       chars_sent=len(transcript.text), cut_at=self._cut_at,
                                       translator=stream_translator(speaks, core.api.name, model=upstream.model or "",
                                                                    usage_wanted=original.wants_usage)
                                       if speaks is not None else None)
-        headers = deadlines.headers
+        # its head within headers_timeout_s, and never past when its first continued text is due
+        dues = [due for due in (deadlines.continued_by(self._cut_at),
+                                now + deadlines.headers if deadlines.headers else None) if due is not None]
         core.open_attempt(attempt, Open(record.attempt, request, "http", deadlines.connect,
-                                        now + headers if headers else None))
+                                        min(dues) if dues else None))
         return attempt
 
 
@@ -253,12 +259,12 @@ class ContinuationAttempt(Attempt):
         self.status, self.headers = status, headers
         self.record.answered(status, request_id(headers))
         if not 200 <= status < 300:
-            core.out(Read(self.number, "error", ERROR_BODY_LIMIT, span_s=self.deadlines.headers))
+            core.out(Read(self.number, "error", ERROR_BODY_LIMIT, span_s=self.deadlines.error_body))
         elif not is_event_stream(headers):
             self._failed(core, "the upstream answered with a non-streaming body", now)
         else:
             self.record.reached("staging")
-            core.out(Expect(self.number, by=self.deadlines.staged_by), Pipe(self.number))
+            core.out(Expect(self.number, by=self.deadlines.continued_by(self.cut_at)), Pipe(self.number))
 
     def body_read(self, core: Core, body: bytes, complete: bool, error: BaseException | None, timed_out: bool,
                   now: float) -> None:
@@ -328,7 +334,7 @@ class ContinuationAttempt(Attempt):
         if self.problem is not None:
             return
         if self.first_at is None:
-            self._problem(core, self.deadlines.silent_while_staged(now).message, now)
+            self._problem(core, self.deadlines.no_continued_text(self.cut_at), now)
         else:
             self._problem(core, self.deadlines.stalled_message(after_output=False), now)
 

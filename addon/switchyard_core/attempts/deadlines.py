@@ -8,8 +8,12 @@ token, so not `idle_timeout_s`, but some bound is needed: behind the pre-answer
 keepalive a client never times out on its own), then by silence after output
 (`idle_timeout_s`).  A whole (non-streaming) answer is bounded from the
 attempt's start to its last byte (`request_timeout_s`).  A continuation of a
-cut answer waits for its head (`headers_timeout_s`), then is bounded by silence
-as output is (`idle_timeout_s`).  A setting of 0 is no bound.  Each timeout's message names the bound that passed.
+cut answer waits for its head (`headers_timeout_s`) and its first continued
+character as a staged stream waits for its first output (`staged_by`, from its
+own start; nothing before that character moves it), and never past
+`request_timeout_s` after the cut, for all its tries together (`continued_by`);
+then it is bounded by silence as output is (`idle_timeout_s`).  A setting of 0
+is no bound.  Each timeout's message names the bound that passed.
 """
 
 from __future__ import annotations
@@ -89,7 +93,35 @@ class Deadlines:
         due = self.staged_by
         return None if due is None else max(0.0, due - now)
 
+    def continued_by(self, cut_at: float) -> float | None:
+        """When a continuation's first continued character is due (monotonic), if ever:
+        its `staged_by`, and never later than `request_timeout_s` after the cut
+        (`cut_at`, or the last continued character), which bounds every try of the
+        effort together.  Comments, role chunks and empty deltas never move it."""
+        dues = [due for due in (self.staged_by, self._effort_by(cut_at)) if due is not None]
+        return min(dues) if dues else None
+
+    def continuation_wait(self, cut_at: float, now: float, *, head: bool) -> float | None:
+        """How long a continuation may still wait from `now` for its head (`head`: also
+        within `headers_timeout_s` of its start) or its first continued character."""
+        dues = [self.continued_by(cut_at)]
+        if head and self.headers is not None:
+            dues.append(self.started + self.headers)
+        known = [due for due in dues if due is not None]
+        return max(0.0, min(known) - now) if known else None
+
+    def _effort_by(self, cut_at: float) -> float | None:
+        return cut_at + self.quiet_staged if self.quiet_staged is not None else None
+
     # --- what each timeout says ---------------------------------------------------
+
+    def no_continued_text(self, cut_at: float) -> str:
+        """A continuation's first continued character did not come by `continued_by`."""
+        effort, staged = self._effort_by(cut_at), self.staged_by
+        if effort is not None and (staged is None or effort <= staged):
+            return f"no continued text within {self.quiet_staged:g}s of the cut"
+        bounds = [b for b in (self.quiet_staged, self.first_output) if b is not None]
+        return f"no continued text within {min(bounds) if bounds else 0:g}s"
 
     def no_connection(self) -> ErrorInfo:
         return _timed_out(f"no connection within {self.connect or 0:g}s")
@@ -108,3 +140,9 @@ class Deadlines:
 
     def stalled_message(self, *, after_output: bool = True) -> str:
         return f"upstream sent nothing for {self.quiet_after_output or 0:g}s" + (" after output" if after_output else "")
+
+
+def effort_over(settings: AttemptSettings, cut_at: float, now: float) -> bool:
+    """Whether a continuation effort begun at `cut_at` (the cut, or the last continued
+    character) has had its time: no further try is begun (`Deadlines.continued_by`)."""
+    return settings.request_timeout_s > 0 and now >= cut_at + settings.request_timeout_s

@@ -14,33 +14,27 @@ once, here, for all of them (docs/architecture.md, "The attempt core").
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from functools import partial
-from collections.abc import Callable, Mapping, Sequence
 
 from .. import observe
 from ..apis import APIS, Decision, ErrorInfo, ErrorPolicy
-from ..apis.errors import UNTRANSLATABLE
 from ..translate.request import Untranslatable
-from ..upstreams.translated import translated_display_url, translated_request
 from ..exchange import AttemptRecord, Exchange
 from ..faults import FaultPlan
 from ..gate import GateStep
-from ..redaction import env_secrets
-from ..rules import Upstream
-from ..upstreams.messages import (UpstreamRequest, build_request, display_url, forwarded_response_headers,
-                                  secret_header_names)
-from ..upstreams.websocket import websocket_url
+from ..upstreams.messages import (forwarded_response_headers)
 from ..ws_items import Closed
-from .answer import HttpAttempt, in_client_shape
 from .attempt import Attempt, Cut
 from .client_stream import ClientSink, ClientStream
 from .commands import CloseClient, Command, Finished, Inject, Open, Stop, Timer, TimerName
 from .continuing import Continuing
-from .deadlines import Deadlines
+from .answer import in_client_shape
 from .endings import Answered, Endings
 from .log import AttemptLog
 from .outages import FailureKind, Outages
 from .policy import UpstreamTry, judge
+from .opening import new_attempt, speaks_websocket, untranslatable
 from .socket_turn import SocketAttempt, warm_up_here
 from .tries import Tries
 from .turn_context import TurnContext
@@ -337,72 +331,27 @@ class ExchangeMachine:
         return True
 
     def _open(self, step: UpstreamTry, now: float, *, over_http: bool = False, hedge: bool = False) -> None:
-        upstream = step.upstream
-        original = self.exchange.request
         turn = self.turn
-        speaks = upstream.api if upstream.api not in (None, self.api.name) else None
-        socket = turn is not None and not over_http and speaks is None and turn.speaks_websocket(upstream)
-        if turn is not None and not socket and turn.warm_up:
+        if turn is not None and turn.warm_up and not (not over_http and speaks_websocket(self, step.upstream)):
             warm_up_here(self, turn, step, now)
             return
-        if speaks is not None:
-            built = self._translated(step, now)
-            if built is None:
-                return
-            request, url = built
-        else:
-            request = build_request(original, upstream, None if socket else self.api.name)
-            url = display_url(original, upstream, None if socket else self.api.name)
-        record = AttemptRecord(attempt=len(self.exchange.attempts) + 1, upstream=upstream.name,
-                               url=websocket_url(url) if socket else url, started=now,
-                               request_headers=request.headers, secret_headers=secret_header_names(upstream),
-                               hedge=hedge)
-        self.exchange.attempts.append(record)
+        made = new_attempt(self, step, now, over_http=over_http, hedge=hedge)
+        if isinstance(made, Untranslatable):
+            # not asked: the route goes on as after a failure before output (docs/translation.md)
+            attempt, info = untranslatable(self, step, now, made)
+            self._live[attempt.number] = attempt
+            # with no upstream left after it, the client hears this reason in its own API, not an earlier failure
+            told = in_client_shape(self.api.name, info, attempt.record)
+            self.failed(attempt, info, now, forward=partial(self._tell, told, info))
+            return
+        attempt, command = made
+        self._live[attempt.number] = attempt
         self.client.attempts = len(self.exchange.attempts)
-        deadlines = Deadlines.of(self.settings, streams=original.wants_stream, started=now)
-        secrets = env_secrets(upstream)
-        if socket:
-            assert turn is not None
-            attempt: Attempt = SocketAttempt(step, record, deadlines, secrets, turn=turn)
-            handshake = self.settings.headers_timeout_s
-            command = Open(record.attempt, request, "websocket", deadlines.connect,
-                           now + handshake if handshake > 0 else None)
-        else:
-            attempt = HttpAttempt(step, record, deadlines, secrets, speaks=speaks)
-            command = Open(record.attempt, request, "http", deadlines.connect,
-                           now + deadlines.head if deadlines.head else None)
-        self._live[record.attempt] = attempt
         self.tries.opened(step)
         self.out(command)
         if self._hedge_s > 0 and len(self._live) == 1 and self.tries.hedge() is not None:
-            self._hedged_from = record.attempt
+            self._hedged_from = attempt.number
             self.out(Timer("hedge", now + self._hedge_s))
-
-    def _translated(self, step: UpstreamTry, now: float) -> tuple[UpstreamRequest, str] | None:
-        """The request for an upstream that speaks another API, and the URL shown; None when
-        the client's content cannot be carried there: then that upstream is not asked, and
-        the route goes on as after a failure before output (docs/translation.md)."""
-        upstream = step.upstream
-        original = self.exchange.request
-        try:
-            request, translated = translated_request(original, upstream, self.api.name)
-        except Untranslatable as exc:
-            record = AttemptRecord(attempt=len(self.exchange.attempts) + 1, upstream=upstream.name,
-                                   url=translated_display_url(upstream, original.wants_stream), started=now,
-                                   secret_headers=secret_header_names(upstream))
-            self.exchange.attempts.append(record)
-            attempt = HttpAttempt(step, record, Deadlines.of(self.settings, streams=original.wants_stream,
-                                                             started=now))
-            self._live[record.attempt] = attempt
-            info = ErrorInfo(status=502, code=UNTRANSLATABLE, event_type="untranslatable",
-                             message=f"switchyard: upstream {upstream.name} not asked: {exc.reason}")
-            # with no upstream left, the client hears this reason in its own API, not an earlier failure
-            self.failed(attempt, info, now, forward=partial(self._tell, in_client_shape(self.api.name, info, record), info))
-            return None
-        if translated.left_out:
-            observe.emit(logging.INFO, "switchyard.translated", route=self.route.name, upstream=upstream.name,
-                         api=upstream.api, left_out="; ".join(translated.left_out), **self.log.context)
-        return request, translated_display_url(upstream, original.wants_stream)
 
     def _tell(self, told: Answered, info: ErrorInfo) -> None:
         self.end.forward(told, info)

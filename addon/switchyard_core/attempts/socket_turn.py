@@ -51,6 +51,7 @@ class SocketAttempt(Attempt):
     watch: ResponsesStream | None = None  # a turn never re-sent: says when its real output begins
     failed_after: bool = False  # a failure after output reached the client: the turn's end is near
     drop_socket: bool = False
+    named: str | None = None  # the response id its messages named (the turn's, once they reach the client)
 
     @property
     def drops_on_stop(self) -> bool:
@@ -106,8 +107,8 @@ class SocketAttempt(Attempt):
         assert gate is not None
         turn = self._turn()
         event = SseEvent(data="(binary)" if isinstance(chunk, Binary) else chunk.decode("utf-8", "replace"))
-        if turn.response_id is None and not turn.output:
-            turn.response_id = response_id(chunk)
+        if self.named is None and not turn.output:
+            self.named = response_id(chunk)
         watch = self.watch
         if watch is not None and not turn.output:
             seen = watch.classify(event)
@@ -126,6 +127,8 @@ class SocketAttempt(Attempt):
             core.out(Expect(self.number, quiet=self.deadlines.quiet_after_output))
         for failure in step.failures_after_output:
             self.failed_after_output(core, failure)
+        if self.phase == "output" and turn.response_id is None:
+            turn.response_id = self.named  # its messages are the client's: the turn is this response
         for message in step.frames or ():
             core.client.message(message)
         if gate.complete or any(f.event_type == "error" for f in step.failures_after_output):
@@ -194,11 +197,10 @@ class SocketAttempt(Attempt):
         held = gate.held_frames()
         self.record.kept(101, [("Content-Type", "application/json")],
                          redact_bytes(b"\n".join(held), self.secrets))
-        named = turn.response_id
+        named = self.named
         # the response may go on (an `error` mid-way): its connection goes, so that
         # nothing of it can be taken for the next attempt's
         self.drop_socket = failure.event_type != "response.failed" and named is not None
-        turn.response_id = None
         # forwarded should every later attempt fail, when the socket is another upstream's
         core.end.keep_messages([redact_message(message, self.secrets) for message in held])
 

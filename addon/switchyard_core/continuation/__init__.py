@@ -6,7 +6,7 @@ for the rest (`request`), whether regenerated text begins with what was sent
 (`reframe`).  `attempts/continuation.py` does the I/O between them.
 """
 
-from .overlap import Diverged, Overlap
+from .overlap import Diverged, Overlap, overlap_for
 from .reframe import Reframer, reframer_for
 from .request import answer_input, continuation_body
 from .transcript import NotContinuable, Transcript, read_transcript
@@ -22,6 +22,7 @@ __all__ = [
     "Transcript",
     "answer_input",
     "continuation_body",
+    "overlap_for",
     "read_transcript",
     "reframer_for",
 ]

@@ -14,12 +14,8 @@ dropped (the client has the original's, or none); the `*.done` events and
 `response.completed` carry the whole text the client has, and the output the
 client saw (the original's reasoning items, its message).
 
-Gemini: every frame is a whole `GenerateContentResponse` with no ids or
-indexes of its own beyond `responseId` and `modelVersion`, which are the
-original's (a client that groups chunks by `responseId` sees one answer).  Its
-text parts are cut to what the client has not seen, its thought parts dropped
-(the answer the client has has none), and the `finishReason` and
-`usageMetadata` of its last frame end the stream.
+Gemini's re-framer is in reframe_gemini.py; what every re-framer keeps, in
+reframe_base.py.
 
 Pure: each `feed` takes one parsed frame and returns the bytes for the client.
 """
@@ -30,7 +26,9 @@ from typing import Any, Protocol
 
 from ..sse import SseEvent, compact_json
 from .overlap import Overlap
-from .transcript import GEMINI_TEXT_FIELDS, Transcript
+from .reframe_base import KEEPALIVE, KEPT_TEXT_LIMIT, BaseReframer, sse_event
+from .reframe_gemini import GeminiReframer
+from .transcript import Transcript
 
 
 class Reframer(Protocol):
@@ -38,8 +36,9 @@ class Reframer(Protocol):
     forwarded: int  # characters of text forwarded
 
     @property
-    def whole_text(self) -> str:
-        """All the text the client has of the answer now."""
+    def whole_text(self) -> str | None:
+        """All the text the client has of the answer now; None once that is more than
+        is kept (see `BaseReframer`)."""
         ...
 
     def feed(self, event: SseEvent) -> bytes:
@@ -47,57 +46,21 @@ class Reframer(Protocol):
         `Diverged` when a regenerated answer turns out to be another one."""
         ...
 
-
-def reframer_for(transcript: Transcript, overlap: Overlap) -> Reframer:
-    kinds: dict[str, type[_Base]] = {"openai-chat": ChatReframer, "openai-responses": ResponsesReframer,
+def reframer_for(transcript: Transcript, overlap: Overlap, keep: int = KEPT_TEXT_LIMIT) -> Reframer:
+    """`keep`: how many characters of the continued text are kept to say the whole
+    text again (Responses' `*.done` events, a WebSocket turn's carried answer)."""
+    kinds: dict[str, type[BaseReframer]] = {"openai-chat": ChatReframer, "openai-responses": ResponsesReframer,
                                      "anthropic-messages": AnthropicReframer, "google-gemini": GeminiReframer}
-    return kinds[transcript.api](transcript, overlap)
-
-
-def _event(name: str, data: Any) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + compact_json(data) + b"\n\n"
-
-
-_KEEPALIVE = b": switchyard keepalive\n\n"
-
-
-class _Base:
-    """What every API's re-framer keeps: the original's ids, the overlap, what went out."""
-
-    def __init__(self, transcript: Transcript, overlap: Overlap) -> None:
-        self.transcript = transcript
-        self.overlap = overlap
-        self.forwarded = 0
-        self._sent: list[str] = []  # the text forwarded, in order
-
-    def _keepalive(self, frame: bytes) -> bytes:
-        """A keepalive (a comment, a ping) once the continuation's text flows; before,
-        nothing: a try that fails leaves no trace with the client."""
-        return frame if self.forwarded else b""
-
-    def feed(self, event: SseEvent) -> bytes:
-        raise NotImplementedError
-
-    def _text(self, text: str) -> str:
-        new = self.overlap.take(text)
-        self.forwarded += len(new)
-        if new:
-            self._sent.append(new)
-        return new
-
-    @property
-    def whole_text(self) -> str:
-        """All the text the client has of the answer now."""
-        return self.transcript.text + "".join(self._sent)
+    return kinds[transcript.api](transcript, overlap, keep)
 
 
 # --- OpenAI Chat Completions ---------------------------------------------------------
 
 
-class ChatReframer(_Base):
+class ChatReframer(BaseReframer):
     def feed(self, event: SseEvent) -> bytes:
         if event.comment_only:
-            return self._keepalive(_KEEPALIVE)
+            return self._keepalive(KEEPALIVE)
         if event.data == "[DONE]":
             self.overlap.ended()
             return b"data: [DONE]\n\n"
@@ -154,9 +117,9 @@ _RESPONSE_LIFECYCLE = frozenset({"response.created", "response.in_progress", "re
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-class ResponsesReframer(_Base):
-    def __init__(self, transcript: Transcript, overlap: Overlap) -> None:
-        super().__init__(transcript, overlap)
+class ResponsesReframer(BaseReframer):
+    def __init__(self, transcript: Transcript, overlap: Overlap, keep: int = KEPT_TEXT_LIMIT) -> None:
+        super().__init__(transcript, overlap, keep)
         self._item: str | None = None  # the continuation's message item that maps onto the original's
         self._output_base: int | None = None  # its output_index
         self._part = False  # its text part began (the client has the original's open)
@@ -165,7 +128,7 @@ class ResponsesReframer(_Base):
 
     def feed(self, event: SseEvent) -> bytes:
         if event.comment_only:
-            return self._keepalive(_KEEPALIVE)
+            return self._keepalive(KEEPALIVE)
         if event.data == "[DONE]":
             self.overlap.ended()
             return b"data: [DONE]\n\n"
@@ -211,7 +174,7 @@ class ResponsesReframer(_Base):
         elif kind.endswith(".done") and (mine or self._is_message(data.get("item"))):
             self.overlap.ended()
             data = self._whole(kind, data)
-        return _event(kind, self._ids(data))
+        return sse_event(kind, self._ids(data))
 
     def _is_message(self, item: Any) -> bool:
         return isinstance(item, dict) and item.get("id") == self._item and self._item is not None
@@ -225,12 +188,11 @@ class ResponsesReframer(_Base):
     def _whole(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
         """A `.done` event of the message says its whole text: the text the client has
         (a prefilled continuation's own says only the rest)."""
-        text = self.whole_text
         if kind == "response.output_text.done":
-            return {**data, "text": text}
+            return {**data, "text": self._whole_from(data.get("text"))}
         part = data.get("part")
         if kind == "response.content_part.done" and isinstance(part, dict) and part.get("type") == "output_text":
-            return {**data, "part": {**part, "text": text}}
+            return {**data, "part": {**part, "text": self._whole_from(part.get("text"))}}
         if kind == "response.output_item.done" and self._is_message(data.get("item")):
             return {**data, "item": self._message(data["item"])}
         return data
@@ -239,10 +201,10 @@ class ResponsesReframer(_Base):
         """The continuation's message item as the client's: its id, the whole text."""
         content = item.get("content")
         if isinstance(content, list):
-            text = self.whole_text
             first = next((i for i, part in enumerate(content)
                           if isinstance(part, dict) and part.get("type") == "output_text"), None)
             if first is not None:
+                text = self._whole_from(content[first].get("text"))
                 content = [*content[:first], {**content[first], "text": text}, *content[first + 1:]]
             item = {**item, "content": content}
         return {**item, "id": self.transcript.item_id}
@@ -280,14 +242,14 @@ class ResponsesReframer(_Base):
 # --- Anthropic Messages --------------------------------------------------------------
 
 
-class AnthropicReframer(_Base):
-    def __init__(self, transcript: Transcript, overlap: Overlap) -> None:
-        super().__init__(transcript, overlap)
+class AnthropicReframer(BaseReframer):
+    def __init__(self, transcript: Transcript, overlap: Overlap, keep: int = KEPT_TEXT_LIMIT) -> None:
+        super().__init__(transcript, overlap, keep)
         self._block: int | None = None  # the continuation's text block that maps onto the original's
 
     def feed(self, event: SseEvent) -> bytes:
         if event.comment_only:
-            return self._keepalive(_KEEPALIVE)
+            return self._keepalive(KEEPALIVE)
         data = event.json()
         if not isinstance(data, dict):
             self.overlap.not_text("a frame that is not JSON")
@@ -296,7 +258,7 @@ class AnthropicReframer(_Base):
         if kind == "message_start":
             return b""  # the client has the message open
         if kind == "ping":
-            return self._keepalive(_event(kind, data))
+            return self._keepalive(sse_event(kind, data))
         index = data.get("index")
         if kind == "content_block_start":
             block = data.get("content_block") or {}
@@ -323,83 +285,4 @@ class AnthropicReframer(_Base):
             self.overlap.ended()
         if isinstance(index, int) and self._block is not None:
             data = {**data, "index": self.transcript.content_index + index - self._block}
-        return _event(kind, data)
-
-
-# --- Google Gemini -------------------------------------------------------------------
-
-
-class GeminiReframer(_Base):
-    def feed(self, event: SseEvent) -> bytes:
-        if event.comment_only or event.data is None or not event.data.strip():
-            return b""  # Google's SDKs read only `data:` lines: nothing to keep alive with
-        if event.data == "[DONE]":
-            self.overlap.ended()
-            return b""  # not Gemini's: a gateway's, which no Gemini client reads
-        chunk = event.json()
-        if not isinstance(chunk, dict):
-            self.overlap.not_text("a frame that is not JSON")
-            return b""
-        candidates = chunk.get("candidates")
-        if not isinstance(candidates, list):
-            # usage or prompt feedback alone: worth sending only once the text flows
-            return self._frame(chunk) if self.forwarded else b""
-        out: list[Any] = []
-        for position, candidate in enumerate(candidates):
-            if not isinstance(candidate, dict) or candidate.get("index", position) != 0:
-                # one candidate was asked for (several are never continued): another is not
-                # part of the client's answer
-                self.overlap.not_text("another candidate")
-                continue
-            kept = self._candidate(candidate)
-            if kept is not None:
-                out.append(kept)
-        if not out:
-            return b""
-        return self._frame({**chunk, "candidates": out})
-
-    def _candidate(self, candidate: dict[str, Any]) -> dict[str, Any] | None:
-        """The candidate as the client gets it, or None when it carries nothing new."""
-        content = candidate.get("content")
-        parts = content.get("parts") if isinstance(content, dict) else None
-        kept: list[Any] = []
-        news = False  # a part the client gets that carries something
-        for part in parts if isinstance(parts, list) else ():
-            if isinstance(part, dict) and part.get("thought"):
-                continue  # thinking again: the client's answer has none
-            if not _plain(part):
-                self.overlap.not_text("a part that is not text")
-                kept.append(part)
-                news = True
-                continue
-            text = part.get("text")
-            if not text:
-                kept.append(part)  # carries nothing (an empty text, a signature): as it came
-                continue
-            new = self._text(text)
-            if new:
-                kept.append({**part, "text": new})
-                news = True
-        finish = candidate.get("finishReason")
-        if finish and finish != "FINISH_REASON_UNSPECIFIED":
-            self.overlap.ended()
-        elif not news:
-            return None  # lifecycle, thinking, or text the client already has
-        out = dict(candidate)
-        if isinstance(content, dict):
-            out["content"] = {**content, "parts": kept or [{"text": ""}]}
-        return out
-
-    def _frame(self, chunk: dict[str, Any]) -> bytes:
-        t = self.transcript
-        for key, value in (("responseId", t.response_id), ("modelVersion", t.model)):
-            if value is not None and key in chunk:
-                chunk = {**chunk, key: value}
-        return b"data: " + compact_json(chunk) + b"\r\n\r\n"
-
-
-def _plain(part: Any) -> bool:
-    """A Gemini part of plain text (or of nothing): its text and a thought's signature
-    (`thought: true` parts are thinking, dropped before this is asked)."""
-    return (isinstance(part, dict) and isinstance(part.get("text", ""), str)
-            and all(key in GEMINI_TEXT_FIELDS or value is None for key, value in part.items()))
+        return sse_event(kind, data)

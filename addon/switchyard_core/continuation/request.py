@@ -29,6 +29,9 @@ class ContinuationRequest:
     body: bytes
     # text the client has that the request does not carry (skipped where the continuation repeats it)
     echo: str = ""
+    # the assistant text the prefill request ends with: a provider that restates it first
+    # (some OpenAI-compatible servers do) has it skipped (continuation/overlap.py)
+    restated: str = ""
 
 
 def continuation_body(api: str, strategy: str, body: bytes, text: str, *,
@@ -83,7 +86,7 @@ def continuation_body(api: str, strategy: str, body: bytes, text: str, *,
     last.update(copy.deepcopy(dict(prefill_message or {})))
     messages[-1] = last
     data["messages"] = messages
-    return ContinuationRequest(compact_json(data), echo)
+    return ContinuationRequest(compact_json(data), echo, said(last.get("content")))
 
 
 def _ends_with_assistant(messages: list[Any]) -> bool:
@@ -123,7 +126,7 @@ def _responses_prefill(data: Any, text: str, reasoning: Sequence[Mapping[str, An
         last = _assistant_text(text)
     last.update(copy.deepcopy(dict(prefill_message or {})))
     data["input"] = [*items, *carried, last]
-    return ContinuationRequest(compact_json(data))
+    return ContinuationRequest(compact_json(data), restated=said(last.get("content")))
 
 
 def _gemini_prefill(data: Any, text: str, prefill_body: Mapping[str, Any] | None,
@@ -145,7 +148,17 @@ def _gemini_prefill(data: Any, text: str, prefill_body: Mapping[str, Any] | None
         last, parts = {}, [{"text": text}]
     last = {**last, **copy.deepcopy(dict(prefill_message or {})), "role": "model", "parts": parts}
     data["contents"] = [*contents, last]
-    return ContinuationRequest(compact_json(data))
+    return ContinuationRequest(compact_json(data), restated=said(parts))
+
+
+def said(content: Any) -> str:
+    """The text of a message's content: a string, or the `text` of its parts in order
+    (Chat and Anthropic content blocks, Responses `output_text`, Gemini parts)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
 
 
 def _assistant_text(text: str) -> dict[str, Any]:

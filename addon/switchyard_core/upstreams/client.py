@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -27,8 +28,10 @@ from mitmproxy.addons.upstream_auth import parse_upstream_auth
 from mitmproxy.net.http import http1
 from mitmproxy.proxy.mode_specs import ProxyMode
 
+from .. import observe
+from .answer_head import answer_headers, shown_names
 from .connection import Key, UpstreamAnswer, UpstreamConnection
-from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest
+from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest, origin_of
 from .pool import ConnectionPool
 
 ConnectHook = Callable[[http.HTTPFlow], Awaitable[None]]
@@ -124,7 +127,7 @@ class UpstreamClient:
                 answer = connection.send(head, request.body, request.method)
                 if sent is not None:
                     sent(True)
-                return await answer
+                return _as_kept(await answer, request)
             except ConnectionBroke:
                 if connection.reused and not connection.received_any:
                     if sent is not None:
@@ -204,6 +207,17 @@ class UpstreamClient:
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _as_kept(answer: UpstreamAnswer, request: UpstreamRequest) -> UpstreamAnswer:
+    """The answer with its head as Switchyard may use it (`answer_head`); a cookie
+    withheld is said once."""
+    answer.headers, withheld = answer_headers(answer.headers, secrets=request.secrets,
+                                              other_origin=request.other_origin)
+    if withheld:
+        observe.emit(logging.INFO, "switchyard.cookie_not_forwarded", origin=origin_of(request.url),
+                     cookies=shown_names(withheld), why="set by another origin than the client's destination")
+    return answer
 
 
 def _request_head(method: str, target: str, authority: str, headers: list[tuple[str, str]], length: int) -> bytes:

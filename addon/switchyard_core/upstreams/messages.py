@@ -23,7 +23,7 @@ from ..apis.base import ErrorInfo
 from ..apis.google_gemini import NAME as GEMINI
 from ..apis.google_gemini import upstream_path
 from ..exchange import OriginalRequest
-from ..redaction import looks_like_credential, query_name
+from ..redaction import env_secrets, looks_like_credential, query_name
 from ..rules import Upstream
 from ..sse import compact_json
 from .body import Body
@@ -83,6 +83,11 @@ class UpstreamRequest:
     # where to connect, if not to the URL's host: the address a transparent or local listener
     # knew (the URL holds the name, for `Host` and TLS)
     address: str | None = None
+    # what the upstream's `${VAR}`s hold (`redaction.env_secrets`): redacted from its answer's head,
+    # a WebSocket's close reason and refusal, as from what it streams
+    secrets: tuple[bytes, ...] = ()
+    # on another origin than the client's destination: a cookie it sets is not the client's
+    other_origin: bool = False
 
 
 def target_url(original_url: str, upstream_url: str | None, model: str | None = None, api: str | None = None,
@@ -152,6 +157,12 @@ def has_query_credential(url: str | None) -> bool:
                                    for piece in urlsplit(url).query.split("&") if piece)
 
 
+def origin_of(url: str) -> str:
+    """`scheme://host:port`, as a log line names an origin (never a path or query)."""
+    scheme, host, port = _origin(url)
+    return f"{scheme}://{host}:{port}"
+
+
 def is_cross_origin(url: str, other: str) -> bool:
     return _origin(url) != _origin(other)
 
@@ -207,7 +218,8 @@ def build_request(original: OriginalRequest, upstream: Upstream, api: str | None
     if upstream.model is not None and api != GEMINI:
         body = _with_model(body, upstream.model)  # (Gemini's is in the path)
     return UpstreamRequest(original.method, url, tuple(headers), body,
-                           original.address if upstream.url is None else None)
+                           original.address if upstream.url is None else None,
+                           secrets=env_secrets(upstream), other_origin=is_cross_origin(url, original.url))
 
 
 def _with_model(body: bytes, model: str) -> bytes:

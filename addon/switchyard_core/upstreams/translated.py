@@ -18,11 +18,11 @@ from urllib.parse import urlsplit, urlunsplit
 from ..apis.google_gemini import NAME as GEMINI
 from ..apis.google_gemini import upstream_path
 from ..exchange import OriginalRequest
-from ..redaction import looks_like_credential
+from ..redaction import env_secrets, looks_like_credential
 from ..rules import Upstream
 from ..sse import compact_json
 from ..translate.request import TranslatedRequest, Untranslatable, translate_request
-from .messages import ACCEPT_ENCODING, HOP_BY_HOP, UpstreamRequest
+from .messages import ACCEPT_ENCODING, HOP_BY_HOP, UpstreamRequest, is_cross_origin
 
 ANTHROPIC_VERSION = "2023-06-01"  # the Messages API version every current Anthropic SDK sends
 # headers only one API's servers read: never sent to another API's
@@ -40,7 +40,9 @@ def translated_request(original: OriginalRequest, upstream: Upstream, client_api
         raise Untranslatable("the request body is not JSON") from None
     translated = translate_request(client_api, upstream.api, body, model=upstream.model, stream=original.wants_stream)
     url = _url(upstream, original.wants_stream)
-    return UpstreamRequest("POST", url, _headers(original, upstream), compact_json(translated.body)), translated
+    request = UpstreamRequest("POST", url, _headers(original, upstream), compact_json(translated.body),
+                              secrets=env_secrets(upstream), other_origin=is_cross_origin(url, original.url))
+    return request, translated
 
 
 def translated_display_url(upstream: Upstream, stream: bool) -> str:

@@ -29,6 +29,7 @@ from wsproto.events import (
 from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
+from ..redaction import CLOSE_REASON_LIMIT, redact_bytes, redact_cut, redact_headers, redact_text
 from ..ws_items import Binary, Closed, Item
 from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest
 
@@ -87,6 +88,9 @@ class UpstreamSocket(HoldsTheOtherSide):
         self.closed: Closed | None = None
         self._receiver: Callable[[Item], None] | None = None
         self._early: list[Item] = []  # what came before anyone listened
+        # what the upstream's `${VAR}`s hold (its request's `secrets`): its close reason and a
+        # refused upgrade's head and body are redacted here, before anyone reads them
+        self._secrets: tuple[bytes, ...] = ()
         self.paused: Callable[[bool], None] | None = None  # the client side, held while the upstream is not reading
 
     # --- the owner's side -----------------------------------------------------------
@@ -186,14 +190,16 @@ class UpstreamSocket(HoldsTheOtherSide):
                 self._write(self._ws.send(event.response()))
             except LocalProtocolError:
                 pass
-            self._ended(Closed(event.code, event.reason or ""))
+            self._ended(Closed(event.code, redact_text(event.reason or "", self._secrets, limit=CLOSE_REASON_LIMIT)))
             if self.transport is not None:
                 self.transport.close()
 
     def _refused(self) -> None:
         assert self._reject is not None
         if not self._handshake.done():
-            self._handshake.set_exception(Refused(self._reject[0], self._reject[1], bytes(self._reject_body)))
+            status, headers = self._reject
+            self._handshake.set_exception(Refused(status, redact_headers(headers, self._secrets),
+                                                  redact_cut(bytes(self._reject_body), self._secrets)))
         if self.transport is not None:
             self.transport.close()
 
@@ -219,6 +225,7 @@ class UpstreamSocket(HoldsTheOtherSide):
     # --- opening ----------------------------------------------------------------------
 
     async def handshake(self, request: UpstreamRequest) -> None:
+        self._secrets = request.secrets
         url = urlsplit(request.url)
         target = (url.path or "/") + (f"?{url.query}" if url.query else "")
         headers = [(name.encode(), value.encode("utf-8", "surrogateescape")) for name, value in request.headers
