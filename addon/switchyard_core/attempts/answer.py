@@ -21,6 +21,7 @@ from typing import Literal
 from .. import observe
 from ..apis import APIS, Api, Classification, ErrorInfo
 from ..apis.errors import http_error_info
+from ..exchange import AttemptRecord
 from ..gate import SAID_NOTHING, Gate
 from ..redaction import redact_bytes
 from ..sse import compact_json
@@ -35,6 +36,13 @@ WHOLE_BODY_MIN_LIMIT = 64 * 1024 * 1024  # non-streaming answers are held whole 
 
 Phase = Literal["connect", "error", "whole", "staging", "output", "forwarding", "rest"]
 NOT_A_STREAM = "switchyard: the upstream answered a streaming request with a non-streaming body"
+
+
+def in_client_shape(client_api: str, info: ErrorInfo, record: AttemptRecord) -> Answered:
+    """A translated upstream's failure (or Switchyard's reason not to ask it), as the
+    client's API says it: its status, its body."""
+    return Answered(error_status(client_api, info), [("Content-Type", "application/json")],
+                    error_body(client_api, info), record)
 
 
 def is_event_stream(headers: Mapping[str, str]) -> bool:
@@ -160,9 +168,12 @@ class HttpAttempt(Attempt):
         core.finish()
 
     def _in_client_shape(self, core: Core, answered: Answered, info: ErrorInfo) -> Answered:
-        """A translated upstream's failure, as the client's API says it: its status, its body."""
-        return Answered(error_status(core.api.name, info), [("Content-Type", "application/json")],
-                        error_body(core.api.name, info), answered.record)
+        """A translated upstream's failure as the client gets it, now or when the route is
+        exhausted later (the attempt still shows what its upstream sent)."""
+        told = in_client_shape(core.api.name, info, answered.record)
+        if core.end.last_answered is answered:
+            core.end.last_answered = told
+        return told
 
     def _commit_whole(self, core: Core, first_event: str) -> bool:
         """Commit a non-streaming answer; True if the client already had a stream's

@@ -88,4 +88,4 @@ def untranslatable(core: Core, step: UpstreamTry, now: float, refused: Untransla
     core.exchange.add(record)
     attempt = HttpAttempt(step, record, Deadlines.of(core.settings, streams=original.wants_stream, started=now))
     return attempt, ErrorInfo(status=502, code=UNTRANSLATABLE, event_type="untranslatable",
-                              message=f"not asked: {refused.reason}")
+                              message=f"switchyard: upstream {upstream.name} not asked: {refused.reason}")
