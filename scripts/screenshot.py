@@ -50,7 +50,7 @@ def main() -> None:
         curl(provider.url("primary", "/v1/chat/completions"), dump.proxy_url)
         time.sleep(0.5)
         shown = flows(dump.web_url)
-        attempt = next(f for f in shown if f.get("comment", "").startswith("attempt 1"))
+        attempt = next(f for f in shown if "; attempt 1 (" in f.get("comment", ""))
         url = f"{dump.web_url}#/flows/{attempt['id']}/{args.tab}"
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -64,7 +64,8 @@ routes:
     assert told[3].startswith("  attempt 3 primary: continued (regenerate after the cut) (output")
     attempts = list(view)[1:]
     assert [a.comment.split(" → ")[1].split(";")[0] for a in attempts] == ["continuation_failed", "continued"]
-    assert attempts[0].comment.startswith("attempt 2 (chat): backup: prefill continuation: 400")
+    assert attempts[0].comment.startswith("prefill continuation: 400")
+    assert "; attempt 2 (chat: backup)" in attempts[0].comment
     assert attempts[0].response is not None and attempts[0].response.status_code == 400
     assert attempts[1].marked == ":arrows_counterclockwise:"
     assert "continued_after_cut=1, continuations_failed=0" in status

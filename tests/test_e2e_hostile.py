@@ -492,7 +492,7 @@ def test_mitmweb_keeps_a_mebibyte_of_each_failed_attempt_however_much_it_held(
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(f"{base.rstrip('/')}/flows?{token}", timeout=10) as answer:
             flows = json.loads(answer.read())
-        attempts = [f for f in flows if f.get("comment", "").startswith("attempt 1 (chat): primary")]
+        attempts = [f for f in flows if "; attempt 1 (chat: primary)" in f.get("comment", "")]
         assert len(attempts) == fallbacks + 1
         assert {f["response"]["contentLength"] for f in attempts} == {1024 * 1024}
         size = len(b"".join(held)) + len(wire.chat_error(503, "overloaded"))

@@ -87,10 +87,10 @@ def _get(web: Mitmdump, path: str) -> bytes:
 
 
 def attempt_flow(web: Mitmdump, comment: str) -> tuple[dict, bytes]:
-    """The attempt flow whose comment begins so (bounded wait), and its response body."""
+    """The attempt flow whose comment names it so (`attempt N (route: upstream)`; bounded wait), and its response body."""
     deadline = time.monotonic() + 10
     while True:
-        found = [f for f in json.loads(_get(web, "/flows")) if f.get("comment", "").startswith(comment)]
+        found = [f for f in json.loads(_get(web, "/flows")) if f"; {comment}" in f.get("comment", "")]
         if found or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -147,7 +147,7 @@ def test_a_failed_http_attempt_shows_in_mitmweb_with_its_key_redacted_in_headers
                                              headers={"WWW-Authenticate": ECHO, "X-Echo": f"Bearer {KEY}"}))
     result = cenv.curl(cenv.provider.url("attempts", "/v1/chat/completions"), cenv.chat_body())
     assert result.body == b"".join(wire.chat_stream(wire.answer_text("last")))
-    flow, body = attempt_flow(cenv.mitm, "attempt 1 (attempts): keyed")
+    flow, body = attempt_flow(cenv.mitm, "attempt 1 (attempts: keyed)")
     headers = dict(flow["response"]["headers"])
     assert headers["WWW-Authenticate"] == ECHO.replace(KEY, "[redacted]")
     assert headers["X-Echo"] == "Bearer [redacted]"
@@ -164,7 +164,7 @@ async def test_a_refused_websocket_upgrade_shows_in_mitmweb_with_its_key_redacte
             await ws.send_str(create("hi"))
             assert await receive_turn(ws) == answer_turn("resp_default1")  # w-backup's
     assert plain.handshakes[0]["Authorization"] == f"Bearer {KEY}"
-    flow, body = attempt_flow(web, "attempt 1 (ws-refused): keyed")
+    flow, body = attempt_flow(web, "attempt 1 (ws-refused: keyed)")
     assert flow["response"]["status_code"] == 503
     assert {k.lower(): v for k, v in flow["response"]["headers"]}["www-authenticate"] == ECHO.replace(KEY, "[redacted]")
     assert body == b"upstream busy; key [redacted] was fine"

@@ -209,6 +209,22 @@ def test_rules_option_loads_the_file_and_reload_command_reapplies_it(rules_file:
         assert said == f"rules {rules_file}: routes chat-renamed; faults none"
 
 
+def test_a_reload_starts_with_no_outage_memory(rules_file: Path) -> None:
+    """What requests learnt of upstreams' outages belongs to the rules they ran on: a
+    reload (the same file or an edited one) starts with nothing remembered."""
+    from switchyard_core.attempts.outages import FailureKind
+
+    keeper = RulesKeeper()
+    with taddons.context(keeper) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(rules_file))
+        assert keeper.rules is not None
+        visit = keeper.outages.begin(keeper.rules.routes[0], 100.0)
+        visit.failed(keeper.rules.routes[0].upstreams[0].name, FailureKind.UNREACHABLE, 100.0, detail="refused")
+        assert keeper.outages.status(101.0)
+        tctx.command(keeper.reload)
+        assert keeper.outages.status(101.0) == []
+
+
 def test_a_broken_edit_keeps_the_last_good_rules(rules_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     keeper = RulesKeeper()
     with taddons.context(keeper) as tctx:
@@ -381,7 +397,9 @@ routes:
             shown = json.dumps([flow.metadata, attempt.metadata]) + flow.request.url + attempt.request.url
             assert "sk-query-SECRET" not in shown
             assert attempt.request.headers["authorization"] == "[redacted]"
-            assert attempt.request.content == b""
+            # the request as that upstream was sent it, its body too
+            assert attempt.request.method == "POST"
+            assert attempt.request.content == provider.calls_to("primary")[0].body
             assert attempt.response is not None and attempt.response.status_code == 200
             assert attempt.response.content == b"".join(failure)
             # the headers the upstream sent (a chunked stream: no Content-Length), and the
@@ -390,7 +408,7 @@ routes:
             assert attempt.response.headers["content-type"].startswith("text/event-stream")
             assert attempt.error is not None
             assert attempt.error.msg == "failed inside the 200 answer: 503 provider overloaded"
-            assert attempt.comment.startswith("attempt 1 (chat): primary: 503 provider overloaded → next_upstream")
+            assert attempt.comment == "503 provider overloaded → next_upstream; attempt 1 (chat: primary)"
             assert attempt.marked == ":red_circle:"
             router.done()
     finally:

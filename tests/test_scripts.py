@@ -97,7 +97,8 @@ def test_the_benchmark_runs_every_path_and_every_stream_arrives_whole(tmp_path: 
     this script, so it must keep working; it checks every stream's bytes itself."""
     raw = tmp_path / "bench.json"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--concurrency", "1", "4",
-                           "--burst", "4", "--staging-streams", "40", "--json", str(raw)], capture_output=True, timeout=240)
+                           "--burst", "4", "--staging-streams", "40", "--translated", "--json", str(raw)],
+                          capture_output=True, timeout=240)
     assert done.returncode == 0, done.stdout.decode()[-3000:] + done.stderr.decode()[-3000:]
     summary = json.loads(raw.read_text())["summary"]
     for kind in ("happy", "fallback"):
@@ -111,7 +112,11 @@ def test_the_benchmark_runs_every_path_and_every_stream_arrives_whole(tmp_path: 
     for c in (1, 4):  # a stream cut after output, continued by the prefill backup, whole
         cell = summary[f"continue/c{c}/switchyard"]
         assert cell["streams"] >= c and cell["failed"] == 0 and cell["cut_gap"]["n"] == cell["streams"], cell["errors"]
+    for c in (1, 4):  # the backup speaks Anthropic Messages: its answer translated, whole, to [DONE]
+        cell = summary[f"translated/c{c}/switchyard"]
+        assert cell["streams"] >= c and cell["failed"] == 0 and cell["ttft"]["n"] == cell["streams"], cell["errors"]
     report = done.stdout.decode()
+    assert "| 1 | proxy CPU per stream (ms) |" in report and "translated fallback | translated / same |" in report
     assert "| 4 | proxy CPU per stream (ms) |" in report
     assert "| time to first content, 4 requests started together, p90 |" in report
     assert "| 1 | continue after cut: cut to first continued content, median (ms) |" in report

@@ -3,11 +3,16 @@ record, and how the exchange ended.
 
 Written by the attempt core (attempts/), read by the Router's hooks to show
 the flow in mitmweb; both run in mitmproxy's event loop, so no locking is needed.
+Where the flow is shown while it streams (mitmweb, the console), the exchange has
+a listener (`AttemptListener`) that the record tells when an attempt ends: the
+one seam between the sans-io core and the display, which only notes the record
+and returns (addons/live_story.py).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -60,6 +65,12 @@ ExchangeOutcome = Literal["pending", "committed", "continued", "gave_up", "exhau
 """How the exchange ended for the client (see `attempts/endings.py`)."""
 
 
+AttemptListener = Callable[["AttemptRecord"], None]
+"""Told each attempt's end (a failure, a commit, a lost hedge, a continuation's end),
+inside the attempt core's step: for display only, so it must note the record and
+return, and never raise (a raise would cost the exchange its answer)."""
+
+
 @dataclass(slots=True)
 class AttemptRecord:
     """One try of one upstream: what a person debugging a failure needs to see.
@@ -71,7 +82,7 @@ class AttemptRecord:
     attempt: int
     upstream: str
     url: str
-    started: float
+    started: float  # time.monotonic(), as every time below: the attempt's request was asked for
     outcome: AttemptOutcome = "pending"
     phase: Phase = "connect"
     status: int | None = None
@@ -86,7 +97,15 @@ class AttemptRecord:
     # for the attempt's own flow in mitmweb (not in metadata): what was sent and what came back
     request_headers: tuple[tuple[str, str], ...] = ()
     secret_headers: frozenset[str] = frozenset()  # names in request_headers never to show
+    request_method: str = "POST"
+    # what was sent (the bytes the request went with, not a copy); a WebSocket attempt's: the
+    # turn's message on the socket.  Shown bounded and redacted (addons/attempt_flows.py)
+    request_body: bytes = b""
     answer: tuple[int, list[tuple[str, str]], bytes] | None = None
+    sent_at: float | None = None  # the request is on a connection
+    answered_at: float | None = None  # the answer's head arrived (a WebSocket's: the upgrade)
+    ended_at: float | None = None
+    ended_hook: AttemptListener | None = field(default=None, repr=False, compare=False)  # see Exchange.add
 
     def shown_request_headers(self) -> list[tuple[str, str]]:
         return [(name, "[redacted]" if name.lower() in self.secret_headers or looks_like_credential(name) else value)
@@ -95,10 +114,11 @@ class AttemptRecord:
     _PUBLIC: ClassVar[tuple[str, ...]] = ("attempt", "upstream", "url", "outcome", "phase", "status", "code", "message",
                "event_type", "request_id", "duration_s", "fault", "continuation", "hedge")
 
-    def request_sent(self, sent: bool) -> None:
+    def request_sent(self, sent: bool, at: float) -> None:
         """The request is on a connection (or, False, going to a fresh one): a failure
         from now on happened waiting for the answer's headers, not connecting."""
         self.phase = "headers" if sent else "connect"
+        self.sent_at = at if sent else None
 
     def reached(self, phase: Phase) -> None:
         self.phase = phase
@@ -106,11 +126,16 @@ class AttemptRecord:
     def injected(self, fault: str) -> None:
         self.fault = fault
 
-    def answered(self, status: int, request_id: str | None) -> None:
+    def answered(self, status: int, request_id: str | None, at: float) -> None:
         """The answer's head arrived."""
         self.phase = "headers"
         self.status = status
         self.request_id = request_id
+        self.answered_at = at
+
+    def upgraded(self, at: float) -> None:
+        """A WebSocket attempt's upgrade was accepted: its answer's first byte."""
+        self.answered_at = at
 
     def failed(self, info: ErrorInfo, outcome: AttemptOutcome, message: str) -> None:
         """Failed before output; `message` is the failure's, redacted.  A transport
@@ -143,8 +168,8 @@ class AttemptRecord:
 
     def continued(self) -> None:
         """A continuation that finished the client's answer."""
-        self._finish("continued")
         self.phase = "output"
+        self._finish("continued")
 
     def continuation_failed(self, message: str, *, code: str | None = None, progressed: bool = False) -> None:
         """A continuation that did not finish the answer; `progressed`: some of its text reached the client."""
@@ -163,7 +188,10 @@ class AttemptRecord:
 
     def _finish(self, outcome: AttemptOutcome) -> None:
         self.outcome = outcome
-        self.duration_s = round(time.monotonic() - self.started, 4)
+        self.ended_at = time.monotonic()
+        self.duration_s = round(self.ended_at - self.started, 4)
+        if self.ended_hook is not None:
+            self.ended_hook(self)
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._PUBLIC}
@@ -186,3 +214,11 @@ class Exchange:
     # upstreams this request did not ask because an earlier one learnt they are out
     # (attempts/outages.py): each "upstream: why; how long left"
     skipped: list[str] = field(default_factory=list)
+    # told each attempt's end, where someone watches the flow live (see AttemptListener)
+    listener: AttemptListener | None = field(default=None, repr=False, compare=False)
+
+    def add(self, record: AttemptRecord) -> None:
+        """A new attempt joins the exchange; its end will be told to the listener, if any.
+        The record holds the listener itself, not the exchange: no reference cycle."""
+        record.ended_hook = self.listener
+        self.attempts.append(record)

@@ -15,15 +15,69 @@ from .sse import FrameSplitter
 
 PREVIEW = 160
 
+# what each kind of frame is, said under the stream's head for the kinds it has
+LEGEND = {
+    "keepalive": "a comment: keeps the connection open, says nothing",
+    "lifecycle": "the answer starting, none of it yet: held until the first output",
+    "usage": "token counts: held as lifecycle is until the first output",
+    "output": "answer content: the first commits (what was held goes first)",
+    "finish": "the answer's end reason: commits as output does",
+    "terminal": "the API's end marker: a legitimate end",
+    "empty end": "an end marker before any output: an empty answer, retried",
+    "failure": "the provider's error, and what Switchyard does with it before output",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class FrameRow:
     index: int
-    kind: str  # keepalive | lifecycle | output | terminal | failure retryable/next_upstream/fatal | empty end (retryable)
+    # keepalive | lifecycle | usage | output | finish | terminal | empty end (retryable) |
+    # failure retryable/next_upstream/fatal
+    kind: str
     event: str | None
     commit: bool
     detail: str
     preview: str
+
+
+def _finish_reason(data: Any) -> str | None:
+    """The end reason a frame carries (Chat's `finish_reason`, Anthropic's `stop_reason`,
+    Gemini's `finishReason`), as `name=value`."""
+    if not isinstance(data, dict):
+        return None
+    delta = data.get("delta")
+    if data.get("type") == "message_delta" and isinstance(delta, dict) and delta.get("stop_reason"):
+        return f"stop_reason={delta['stop_reason']}"
+    for key, name in (("choices", "finish_reason"), ("candidates", "finishReason")):
+        items = data.get(key)
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, dict) and item.get(name):
+                return f"{name}={item[name]}"
+    return None
+
+
+def _usage_only(data: Any) -> bool:
+    """Token counts and nothing of the answer (Chat's last chunk with `include_usage`, Gemini's `usageMetadata`)."""
+    return isinstance(data, dict) and ("usage" in data or "usageMetadata" in data) and not data.get("choices") \
+        and not data.get("candidates")
+
+
+def _kind(kind: FrameKind, data: Any) -> tuple[str, str]:
+    """What a frame is, for a person, where its class says less: a frame of output that
+    carries an end reason is the answer's finish; a lifecycle frame of token counts is usage."""
+    reason = _finish_reason(data) if kind in (FrameKind.OUTPUT, FrameKind.TERMINAL) else None
+    if kind is FrameKind.OUTPUT and reason is not None:
+        return "finish", reason
+    if kind is FrameKind.LIFECYCLE and _usage_only(data):
+        return "usage", ""
+    return kind.value, reason or ""
+
+
+def legend(rows: list[FrameRow]) -> list[str]:
+    """What the kinds in `rows` mean, one line each, in the order they first appear."""
+    seen = dict.fromkeys("failure" if row.kind.startswith("failure") else row.kind.removesuffix(" (retryable)")
+                         for row in rows)
+    return [f"  {kind:<10} {LEGEND[kind]}" for kind in seen if kind in LEGEND]
 
 
 def frame_rows(data: bytes, api: str) -> list[FrameRow]:
@@ -35,8 +89,7 @@ def frame_rows(data: bytes, api: str) -> list[FrameRow]:
     committed = False
     for index, frame in enumerate(frames, start=1):
         result = classifier.classify(frame.event)
-        kind = result.kind.value
-        detail = ""
+        kind, detail = _kind(result.kind, frame.event.json())
         if result.kind is FrameKind.FAILURE and result.error is not None:
             decision = policy.decide(result.error)
             kind = "failure " + ("retryable" if decision is Decision.RETRY else decision.value)
@@ -85,7 +138,7 @@ def render(data: bytes, api: str, story: dict[str, Any] | None = None) -> str:
         told = story_lines(story) if story else []
     except Exception:  # metadata is anyone's to edit: a view that raised would show nothing at all
         told = []
-    lines = [*told, head, ""]
+    lines = [*told, head, *legend(rows), ""]
     for row in rows:
         marker = "▶ commit" if row.commit else ""
         lines.append(f"#{row.index:<4} {row.kind:<24} {marker:<9} {row.detail}".rstrip())

@@ -30,6 +30,7 @@ class Bench:
         self.ok_url = f"http://127.0.0.1:{ports[0]}/ok/v1/chat/completions"
         self.fail_url = f"http://127.0.0.1:{ports[0]}/fail/v1/chat/completions"
         self.backup_url = f"http://127.0.0.1:{ports[1]}/backup/v1/chat/completions"
+        self.xfail_url = f"http://127.0.0.1:{ports[0]}/xfail/v1/chat/completions"
         self.cut_url = f"http://127.0.0.1:{ports[0]}/cut/v1/chat/completions"
         self.proxies = proxies
         self.upstream_pid = upstream_pid
@@ -108,6 +109,22 @@ class Bench:
             error=error,
         )
 
+    async def translated(self, path: str) -> Sample:
+        """Switchyard only: the primary fails before output and the backup speaks Anthropic
+        Messages, its answer translated into the client's Chat Completions."""
+        _, proxy = self.proxies[path]
+        read = await read_stream(self.sessions[path], self.xfail_url, proxy, time.perf_counter())
+        error = None
+        if read.status != 200:
+            error = f"status {read.status}"
+        elif read.upstream != "xbackup" or read.header_upstream != "backup":
+            error = f"answer from {read.upstream!r} (x-switchyard-upstream {read.header_upstream!r})"
+        elif not read.ended_done:
+            error = "no [DONE] at the end"
+        elif read.ttft is None:
+            error = "no content"
+        return Sample(error is None, read.ttfb, read.ttft, read.ttlb, read.upstream, error=error)
+
     async def cont(self, path: str) -> Sample:
         """Switchyard only: a stream cut after output, finished by the prefill backup."""
         _, proxy = self.proxies[path]
@@ -147,7 +164,8 @@ class Bench:
         """Measure one cell; a cell with a `round_no` is recorded, a warm-up (None) only returned."""
         pid, _ = self.proxies[path]
         kinds: dict[str, Callable[[str], Awaitable[Sample]]] = {
-            "happy": self.happy, "burst": self.happy, "fallback": self.fallback, "continue": self.cont}
+            "happy": self.happy, "burst": self.happy, "fallback": self.fallback, "continue": self.cont,
+            "translated": self.translated}
         run_one = kinds[kind]
         queue = list(range(n))
         samples: list[Sample] = []

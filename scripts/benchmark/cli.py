@@ -62,6 +62,10 @@ def parse_args(argv: list[str], description: str = "") -> argparse.Namespace:
     parser.add_argument("--ws-turns", type=int, default=None, metavar="N",
                         help="Responses turns over WebSocket per path and round (each --tokens deltas, --gap-ms "
                              "apart); 0 skips (default 20, with --quick 3)")
+    parser.add_argument("--translated", action="store_true",
+                        help="also measure a translated fallback on the Switchyard path: the primary fails before "
+                             "output and the backup speaks Anthropic Messages, translated into the client's Chat "
+                             "Completions (issue 25), beside the same-API fallback, --fallback-streams per cell")
     parser.add_argument("--switchyard-set", action="append", default=[], metavar="OPTION=VALUE",
                         help="a mitmproxy option for the Switchyard proxy only (repeatable), e.g. "
                              "switchyard_direct_relay=false to measure the relay's answers through its socket")

@@ -53,6 +53,15 @@ def answer_frames(upstream: str, tokens: int) -> list[bytes]:
     return wire.chat_stream(text, f"chatcmpl-bench-{upstream}", usage=(PROMPT_TOKENS, tokens))
 
 
+def anthropic_answer_frames(upstream: str, tokens: int) -> list[bytes]:
+    """The same answer as Anthropic Messages streams it (the translated fallback's backup):
+    `message_start`, the text block's start, a ping, `tokens` text deltas, the block's stop,
+    `message_delta`, `message_stop`.  Translated for a Chat client, its id is
+    `chatcmpl-bench-{upstream}` (ID_MARK)."""
+    text = " ".join(WORDS[i % len(WORDS)] for i in range(tokens))
+    return wire.anthropic_stream(text, f"msg_bench-{upstream}")
+
+
 def lifecycle_frames(upstream: str) -> list[bytes]:
     """Chat Completions frames that carry no output (an Azure prompt-filter chunk, two
     chunks with empty deltas): Switchyard holds them, with the role frame, in staging."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.constants import PATH_LABEL
-from benchmark.report import headline, report, staging_report, websocket_report
+from benchmark.report import headline, report, staging_report, translated_report, websocket_report
 
 BUSY_AVERAGE = 0.1  # of one core, from other processes over the measured cells: above it, a warning
 BUSY_WORST_CELL = 0.3
@@ -53,6 +53,9 @@ def tables(summary: dict[str, Any], cells: list[dict[str, Any]], args: argparse.
            extra: dict[str, Any]) -> list[str]:
     levels = sorted(set(args.concurrency) | set(args.burst))
     lines = ["", headline(summary, cells, args.concurrency, args.burst), "", report(summary, levels), ""]
+    translated = translated_report(summary, args.concurrency)
+    if translated is not None:
+        lines += [translated, ""]
     if "websocket" in extra:
         lines += [websocket_report(extra["websocket"]), ""]
     if "staging" in extra:

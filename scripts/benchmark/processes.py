@@ -38,6 +38,15 @@ routes:
         url: http://127.0.0.1:{backup_port}/backup/v1/chat/completions
         auth: {{header: Authorization, value: "Bearer {backup_key}"}}
         prefill: true
+  - name: bench-chat-translated  # the translated fallback: the backup speaks Anthropic Messages
+    match: {{host: 127.0.0.1, path: /xfail/v1/chat/completions}}
+    upstreams:
+      - {{name: primary, url: original, retries: 0}}
+      - name: backup
+        api: anthropic-messages
+        url: http://127.0.0.1:{backup_port}/xbackup/v1/messages
+        model: claude-bench
+        auth: {{header: x-api-key, value: "{backup_key}"}}
   - name: bench-chat
     match: {{host: 127.0.0.1, path: "/*/v1/chat/completions"}}
     upstreams:

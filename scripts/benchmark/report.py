@@ -106,7 +106,7 @@ def median(values: list[float]) -> float | None:
 def summarize(cells: list[dict[str, Any]], rss_peak_kb: dict[tuple[str, int], int], concurrency: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c in concurrency:
-        for kind in ("happy", "burst", "fallback", "continue"):
+        for kind in ("happy", "burst", "fallback", "translated", "continue"):
             for path in PATHS:
                 mine = [cell for cell in cells if cell["path"] == path and cell["kind"] == kind and cell["concurrency"] == c]
                 if not mine:
@@ -226,6 +226,17 @@ def report(summary: dict[str, Any], concurrency: list[int]) -> str:
         row(c, "fallback: proxy CPU per stream (ms)",
             {p: get("fallback", c, p, "proxy_cpu_s_per_stream", scale=1000) for p in PATHS})
         row(c, "fallback: failed streams", {p: get("fallback", c, p, "failed") for p in PATHS}, 0)
+        if f"translated/c{c}/switchyard" in summary:  # --translated: the backup speaks Anthropic Messages
+            row(c, "translated fallback (backup: Anthropic Messages): time to backup's first content, median (ms)",
+                {p: get("translated", c, p, "ttft", "median", scale=1000) for p in PATHS}, diff=False)
+            row(c, "translated fallback: time to backup's first content, p99 (ms)",
+                {p: get("translated", c, p, "ttft", "p99", scale=1000) for p in PATHS}, diff=False)
+            row(c, "translated fallback: TTLB median (ms)",
+                {p: get("translated", c, p, "ttlb", "median", scale=1000) for p in PATHS}, diff=False)
+            row(c, "translated fallback: proxy CPU per stream (ms)",
+                {p: get("translated", c, p, "proxy_cpu_s_per_stream", scale=1000) for p in PATHS}, diff=False)
+            row(c, "translated fallback: failed streams", {p: get("translated", c, p, "failed") for p in PATHS}, 0,
+                diff=False)
         row(c, "continue after cut: cut to first continued content, median (ms)",
             {p: get("continue", c, p, "cut_gap", "median", scale=1000) for p in PATHS}, diff=False)
         row(c, "continue after cut: cut to first continued content, p99 (ms)",
@@ -234,6 +245,34 @@ def report(summary: dict[str, Any], concurrency: list[int]) -> str:
             {p: _less(get("continue", c, p, "cut_gap", "median", scale=1000), ref_backup) for p in PATHS}, diff=False)
         row(c, "continue after cut: failed streams", {p: get("continue", c, p, "failed") for p in PATHS}, 0, diff=False)
     return "\n".join(lines)
+
+
+def translated_report(summary: dict[str, Any], concurrency: list[int]) -> str | None:
+    """Switchyard's translated fallback (the backup speaks Anthropic Messages) against its
+    same-API fallback, measured in the same run; None without --translated."""
+    rows = []
+    for c in concurrency:
+        same, other = summary.get(f"fallback/c{c}/switchyard"), summary.get(f"translated/c{c}/switchyard")
+        if not same or not other:
+            continue
+        for label, keys in (("time to backup's first content, median (ms)", ("ttft", "median")),
+                            ("time to backup's first content, p99 (ms)", ("ttft", "p99")),
+                            ("proxy CPU per stream (ms)", ("proxy_cpu_s_per_stream",))):
+            values: list[float | None] = []
+            for entry in (same, other):
+                node: Any = entry
+                for key in keys:
+                    node = node.get(key) if isinstance(node, dict) else None
+                values.append(None if node is None else node * 1000)
+            rows.append(f"| {c} | {label} | {_fmt(values[0])} | {_fmt(values[1])} | {_ratio(values[1], values[0])} "
+                        f"| {_diff(values[1], values[0])} |")
+        rows.append(f"| {c} | failed streams | {same['failed']} | {other['failed']} | | |")
+    if not rows:
+        return None
+    return "\n".join(["### Fallback to a backup of another API (switchyard; client: Chat Completions, backup: "
+                      "Anthropic Messages, translated) against a same-API fallback, same run", "",
+                      "| c | figure | same-API fallback | translated fallback | translated / same | translated − same |",
+                      "| --- | --- | ---: | ---: | ---: | ---: |", *rows])
 
 
 def _by_round(cells: list[dict[str, Any]], kind: str, c: int, figure: Any) -> dict[str, list[float]]:

@@ -32,17 +32,20 @@ async def warm_up(bench: Bench, top: int) -> None:
             fails = [s["error"] for s in warm["samples"] if not s["ok"]]
             if fails:
                 raise RuntimeError(f"{what} on {path} failed: {fails[:3]}")
-    warm = await bench.cell("switchyard", "continue", few, few, None)
-    fails = [s["error"] for s in warm["samples"] if not s["ok"]]
-    if fails:
-        raise RuntimeError(f"continue-after-cut warm-up failed: {fails[:3]}")
+    for kind in ("continue", "translated") if bench.args.translated else ("continue",):
+        warm = await bench.cell("switchyard", kind, few, few, None)
+        fails = [s["error"] for s in warm["samples"] if not s["ok"]]
+        if fails:
+            raise RuntimeError(f"{kind} warm-up failed: {fails[:3]}")
 
 
 async def measured_round(bench: Bench, args: argparse.Namespace, round_no: int, progress: Progress) -> None:
     for c in args.concurrency:
-        for kind in ("happy", "fallback", "continue"):
+        # the translated fallback (--translated) right after the same-API one, for the same number of streams
+        kinds = ("happy", "fallback", "translated", "continue") if args.translated else ("happy", "fallback", "continue")
+        for kind in kinds:
             n = max(args.streams, c * args.waves) if kind == "happy" else max(args.fallback_streams, c)
-            order = _rotated(round_no + (kind == "fallback")) if kind != "continue" else ("switchyard",)
+            order = _rotated(round_no + (kind == "fallback")) if kind in ("happy", "fallback") else ("switchyard",)
             for path in order:
                 cell = await bench.cell(path, kind, c, n, round_no)
                 bad = sum(1 for s in cell["samples"] if not s["ok"])

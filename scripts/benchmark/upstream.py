@@ -7,6 +7,8 @@ It answers Chat Completions paced like a model, on two ports (two origins):
   /fail/...    HTTP 200 whose first frame is an in-stream 503, then the end
   /backup/...  a normal answer (a fallback's), or to a prefill (a continuation's) the
                rest of it after the /cut/ answer's CUT_AFTER content frames
+  /xfail/...   as /fail/, on the route whose backup speaks another API
+  /xbackup/v1/messages  the normal answer as Anthropic Messages streams it (the translated fallback's backup)
   /cut/...     the role frame and CUT_AFTER content frames, then a reset
   /ws/v1/responses            Responses turns over WebSocket
   /bench/hold-status/{group}  how the staging phase's barrier went
@@ -36,7 +38,7 @@ from typing import Any
 from aiohttp import web
 
 from benchmark.frames import (CUT_AFTER, FAIL_FRAME, HOLD_FIELD, STAGING_HOLD_MAX_S, STAGING_TOKENS_MAX, WS_PATH,
-                              answer_frames, hold_answer_frames, ws_turn_messages)
+                              anthropic_answer_frames, answer_frames, hold_answer_frames, ws_turn_messages)
 from benchmark.processes import raise_nofile_limit
 
 PREFILLED = b'"role":"assistant"'  # in a request body: a continuation's prefill (the client's own ask none)
@@ -92,13 +94,22 @@ class Upstream:
                 return await self.hold(request, upstream, spec)
         n = int(request.query.get("tokens", self.tokens))
         response = await self._start_sse(request, upstream)
-        if upstream == "fail":
+        if upstream in ("fail", "xfail"):
             await response.write(FAIL_FRAME)
             await response.write_eof()
             return response
         frames = self.answers.get((upstream, n))
         if frames is None:
-            frames = self.answers[(upstream, n)] = answer_frames(upstream, n)
+            build = anthropic_answer_frames if upstream == "xbackup" else answer_frames
+            frames = self.answers[(upstream, n)] = build(upstream, n)
+        if upstream == "xbackup":  # message_start, block start, ping at once; deltas and the block's stop paced
+            await response.write(b"".join(frames[:3]))
+            for frame in frames[3:-2]:
+                await asyncio.sleep(self.gap_s)
+                await response.write(frame)
+            await response.write(frames[-2] + frames[-1])  # message_delta (usage), message_stop
+            await response.write_eof()
+            return response
         if PREFILLED in body:
             # a continuation's prefill (its request ends with the cut answer's text): as a
             # prefill-capable model does, only the rest of the same answer

@@ -2,8 +2,8 @@
 
 The flow is put back to the upstream that answered (or the client's own
 request), with its story in metadata, a comment and a mark; each failed attempt
-becomes a flow of its own, credentials redacted.  Display only: nothing here
-may cost the client its answer.
+becomes a flow of its own (attempt_flows.py), shown as it ends (live_story.py).
+Display only: nothing here may cost the client its answer.
 """
 
 from __future__ import annotations
@@ -14,19 +14,18 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from mitmproxy import connection, ctx, http
-from mitmproxy import flow as mitmflow
+from mitmproxy import http
 from mitmproxy.http import Headers
 
 from .. import observe
-from ..exchange import AttemptRecord, Exchange, OriginalRequest
+from ..exchange import Exchange, OriginalRequest
 from ..observe import METADATA_KEY
-from ..redaction import env_secrets, redact_cut, redact_headers
 from ..relay import TOKEN_HEADER
+from ..rules import Upstream
+from ..translate.request import Untranslatable
 from ..upstreams.messages import build_request, is_cross_origin, redact_query
-
-DISPLAY_LIMIT = 1024 * 1024  # bytes of a streamed answer, or of a failed attempt's, kept for mitmweb
-TRUNCATED_HEADER = "x-switchyard-truncated"
+from ..upstreams.translated import translated_request
+from .attempt_flows import DISPLAY_LIMIT, shows_a_flow, what
 
 
 class DisplayCopy:
@@ -103,11 +102,23 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange, view: Flow
         request.url = redact_query(answered)  # a credential it was asked to forward is shown as no other
         upstream = next((u for u in exchange.route.upstreams if record and u.name == record.upstream), None)
         if upstream is not None:
-            request.raw_content = build_request(original, upstream, exchange.route.api).body  # with its own model, if it has one
+            request.raw_content = _sent_body(exchange, upstream)
         request.headers["Content-Length"] = str(len(request.raw_content or b""))  # a replay sends it whole
         return
     request.url = answered
     _restore_host_header(request, original)
+
+
+def _sent_body(exchange: Exchange, upstream: Upstream) -> bytes:
+    """The body the answering upstream was sent, whole (a replay sends it): with its own
+    model, and in its own API where it speaks another (docs/translation.md)."""
+    original = exchange.request
+    if upstream.api not in (None, exchange.route.api):
+        try:
+            return translated_request(original, upstream, exchange.route.api)[0].body
+        except Untranslatable:
+            return original.body
+    return build_request(original, upstream, exchange.route.api).body
 
 
 def _restore_host_header(request: http.Request, original: OriginalRequest) -> None:
@@ -116,8 +127,12 @@ def _restore_host_header(request: http.Request, original: OriginalRequest) -> No
         request.headers["Host"] = original_host
 
 
-def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) -> None:
-    """The flow's story (metadata), a comment and a mark for mitmweb; the status counters."""
+def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str] | None = None) -> None:
+    """The flow's story (metadata), a comment and a mark for mitmweb, as far as the
+    exchange has got: while it streams (live_story.py), and again at its end, with
+    the status counters (`counters`: only then, so that each exchange counts once).
+    Each call says it all again: the comment is made whole, never appended to."""
+    counters = counters if counters is not None else Counter()
     attempts = [{**record.as_dict(), "url": redact_query(record.url)} for record in exchange.attempts]
     flow.metadata[METADATA_KEY] = {
         "route": exchange.route.name,
@@ -128,44 +143,45 @@ def annotate(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) ->
         "suppressed_failover": exchange.suppressed_failover,
         **({"skipped": list(exchange.skipped)} if exchange.skipped else {}),
     }
-    failed = [r for r in exchange.attempts
-              if r.outcome not in ("committed", "pending", "hedge_lost") and not r.continuation]
+    notes: list[str] = []
+    failed = [r for r in exchange.attempts if shows_a_flow(r) and r.outcome != "hedge_lost" and not r.continuation]
     if failed:
         counters["failed_attempts"] += len(failed)
         first = failed[0]
-        what = _what(first)
+        said = what(first)
         if exchange.answered_by and exchange.outcome == "committed":
             if exchange.answered_by == first.upstream:
                 counters["retries_answered"] += 1
-                flow.comment = f"{first.upstream}: {what} before output → answered on retry"
+                notes.append(f"{first.upstream}: {said} before output → answered on retry")
             else:
                 counters["fallbacks"] += 1
-                flow.comment = f"{first.upstream}: {what} before output → {exchange.answered_by} answered"
+                notes.append(f"{first.upstream}: {said} before output → {exchange.answered_by} answered")
             flow.marked = ":arrows_counterclockwise:"
+        elif exchange.outcome == "pending":
+            notes.append(f"{first.upstream}: {said} before output → {failed[-1].outcome}; no answer yet")
         else:
-            flow.comment = f"{first.upstream}: {what}; {exchange.outcome}"
+            notes.append(f"{first.upstream}: {said}; {exchange.outcome}")
     if exchange.suppressed_failover:
         counters["suppressed_failovers"] += 1
         flow.marked = flow.marked or ":warning:"
         last = next((r for r in reversed(exchange.attempts) if r.outcome == "committed"), None)
         if last is not None:
-            what = _what(last)
-            note = f"{last.upstream}: {what or 'a failure'} after output: forwarded, never replayed"
-            flow.comment = f"{flow.comment}; then {note}" if flow.comment else note
-    _continuations(flow, exchange, counters)
+            notes.append(f"{'then ' if notes else ''}{last.upstream}: {what(last) or 'a failure'} after output: "
+                         "forwarded, never replayed")
+    notes.extend(_continuations(flow, exchange, counters, bool(notes)))
     hedges = [r for r in exchange.attempts if r.hedge]
     if hedges:
         counters["hedged"] += 1
         won = any(r.outcome == "committed" for r in hedges)
         counters["hedges_won"] += won
         lost = next((r for r in exchange.attempts if r.outcome == "hedge_lost"), None)
-        note = (f"hedged: {hedges[0].upstream} asked beside the slow {_slow(exchange)}"
-                + (f"; {lost.upstream} lost" if lost else ""))
-        flow.comment = f"{flow.comment}; {note}" if flow.comment else note
+        notes.append(f"hedged: {hedges[0].upstream} asked beside the slow {_slow(exchange)}"
+                     + (f"; {lost.upstream} lost" if lost else ""))
     if exchange.skipped:
         counters["skipped"] += len(exchange.skipped)
-        note = "skipped " + "; ".join(exchange.skipped)
-        flow.comment = f"{note}; {flow.comment}" if flow.comment else note
+        notes.insert(0, "skipped " + "; ".join(exchange.skipped))
+    if notes:
+        flow.comment = "; ".join(notes)
     counters["attempts"] += len(exchange.attempts)
 
 
@@ -175,90 +191,22 @@ def _slow(exchange: Exchange) -> str:
     return before[-1].upstream if before else "attempt"
 
 
-def _continuations(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str]) -> None:
-    """After a cut: who finished the answer, or that nothing could."""
+def _continuations(flow: http.HTTPFlow, exchange: Exchange, counters: Counter[str], after: bool) -> list[str]:
+    """After a cut: who finished the answer, or that nothing could (`after`: the comment says more before)."""
     tries = [r for r in exchange.attempts if r.continuation]
     if not tries:
-        return
+        return []
     cut = next((r for r in reversed(exchange.attempts) if r.outcome == "committed"), None)
-    what = f"{cut.upstream}: {cut.message or 'cut after output'}" if cut else "cut after output"
+    said = f"{cut.upstream}: {cut.message or 'cut after output'}" if cut else "cut after output"
     if exchange.outcome == "continued":
         counters["continued_after_cut"] += 1
         last = tries[-1]
-        note = f"{what} → {last.upstream} continued it ({last.continuation})"
+        note = f"{said} → {last.upstream} continued it ({last.continuation})"
         flow.marked = ":arrows_counterclockwise:"
+    elif exchange.outcome == "pending":
+        note = f"{said} → continuing"  # (live: a continuation is under way)
     else:
         counters["continuations_failed"] += 1
-        note = f"{what} → {len(tries)} continuation(s) failed; {exchange.outcome}"
+        note = f"{said} → {len(tries)} continuation(s) failed; {exchange.outcome}"
         flow.marked = ":warning:"
-    flow.comment = f"{flow.comment}; then {note}" if flow.comment else note
-
-
-def show_attempts(flow: http.HTTPFlow, exchange: Exchange) -> None:
-    """In mitmweb and the console, each failed attempt becomes a flow of its own."""
-    view = ctx.master.addons.get("view")
-    if view is None:
-        return  # mitmdump: the log lines tell the story
-    flows = []
-    for record in exchange.attempts:
-        if record.outcome in ("committed", "pending"):
-            continue
-        try:
-            flows.append(attempt_flow(flow, exchange, record))
-        except ValueError as exc:  # display only
-            observe.emit(logging.WARNING, "switchyard.display_failed", route=exchange.route.name, error=str(exc))
-    if flows:
-        view.add(flows)
-
-
-def attempt_flow(flow: http.HTTPFlow, exchange: Exchange, record: AttemptRecord) -> http.HTTPFlow:
-    """A failed attempt as a flow: credentials redacted, no request body, what came back."""
-    url = redact_query(record.url)
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    headers = Headers([(name.encode(), value.encode()) for name, value in record.shown_request_headers()])
-    request = http.Request.make(exchange.request.method, url, b"", headers)
-    request.timestamp_start = request.timestamp_end = flow.request.timestamp_start
-    attempt = http.HTTPFlow(flow.client_conn, connection.Server(address=(parts.hostname or "", port)))
-    attempt.request = request
-    what = _what(record)
-    cut = ""
-    if record.answer is not None:
-        status, answer_headers, body = record.answer
-        # whatever an attempt kept, its upstream's own `${VAR}` values are never shown
-        secrets = _env_secrets_of(exchange, record.upstream)
-        # a failed attempt may have held up to `staging_limit`; a flow keeps what a stream's does
-        kept = len(body[:DISPLAY_LIMIT])
-        response = http.Response.make(status, redact_cut(body[:DISPLAY_LIMIT], secrets))
-        # the headers as the upstream sent them: make() would claim a Content-Length
-        # that a streamed answer never had
-        response.headers = Headers([(k.encode(), v.encode("utf-8", "surrogateescape"))
-                                    for k, v in redact_headers(answer_headers, secrets)])
-        if kept < len(body):
-            cut = f"; answer cut to its first {kept} of {len(body)} bytes"
-            response.headers[TRUNCATED_HEADER] = f"first {kept} of {len(body)} bytes kept"
-        attempt.response = response
-        if 200 <= status < 300 and record.outcome != "continued":
-            # the failure came inside a 2xx answer: mitmweb would list a plain green
-            # 200; the error puts a warning on the row, with the failure as its title
-            attempt.error = mitmflow.Error(f"failed inside the {status} answer: {what or record.outcome}")
-    else:
-        attempt.error = mitmflow.Error(record.message or record.outcome)
-    attempt.metadata[METADATA_KEY] = {"attempt_of": flow.id, "route": exchange.route.name, "api": exchange.route.api,
-                                      **record.as_dict(), "url": url}
-    if record.continuation:
-        what = f"{record.continuation} continuation{': ' + what if what else ''}"
-    attempt.comment = (f"attempt {record.attempt} ({exchange.route.name}): {record.upstream}: {what} → {record.outcome}; "
-                       f"request body omitted{cut}")
-    attempt.marked = ":arrows_counterclockwise:" if record.outcome == "continued" else ":red_circle:"
-    return attempt
-
-
-def _env_secrets_of(exchange: Exchange, upstream: str) -> tuple[bytes, ...]:
-    found = next((u for u in exchange.route.upstreams if u.name == upstream), None)
-    return env_secrets(found) if found is not None else ()
-
-
-def _what(record: AttemptRecord) -> str:
-    """What an attempt's failure was, in a flow's comment: `503 server_error overloaded`."""
-    return " ".join(str(x) for x in (record.status, record.code, record.message) if x)
+    return [f"then {note}" if after else note]

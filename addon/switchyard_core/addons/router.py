@@ -5,8 +5,9 @@ records the original request and re-aims the flow at the relay with a
 single-use token.  `responseheaders` enables streaming for the relay's SSE
 answer and puts back the URL of the upstream that answered; `response` does
 it again (headers may have left before the winner was known) and writes the
-flow's story into its metadata and comment (flow_story.py).  Flows that match
-no route are never touched.
+flow's story into its metadata and comment (flow_story.py).  Where flows are
+seen, each attempt and the commit are shown as they happen (live_story.py).
+Flows that match no route are never touched.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from ..upstreams.client import ConnectHook
 from ..upstreams.messages import redact_query
 from .destination import destination, named_url
 from .request_body import RequestBody, not_routed_too_large, read_body, requested_model
-from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, restore, show_attempts
+from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, restore
+from .live_story import LiveStory
 from .heap import freeze_startup_heap
 from .rules_keeper import RulesKeeper
 from .status import status_text
@@ -86,7 +88,7 @@ class Router:
         self._direct = True  # the option
         self._reader_reachable = False  # mitmproxy's readers can be reached (checked in `running`)
         self._last = LastInLine(self)
-        self._websockets: dict[str, Ticket] = {}  # terminated WebSockets still open, by flow id
+        self._websockets: dict[str, Routed] = {}  # terminated WebSockets still open, by flow id
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -223,6 +225,11 @@ class Router:
             # terminated in the relay, which tells each turn's story here as it goes
             story = {**story, "transport": "websocket", "turns": []}
         flow.metadata[METADATA_KEY] = story
+        data = request.data
+        display = FlowView(FlowAddress(data.scheme, data.host, data.port, data.authority, data.path, data.method))
+        # where flows are seen (mitmweb, the console; mitmdump has no view), each attempt is shown as it ends
+        view = ctx.master.addons.get("view")
+        live = LiveStory(flow, view, None if websocket else display) if view is not None else None
         # mitmproxy picks the connection by the request's address and scheme and the
         # flow's `via` and transport: plain TCP to the relay, no upstream proxy in
         # between.  Where the flow's server says otherwise (upstream-proxy mode) it gets
@@ -237,10 +244,10 @@ class Router:
             websocket=websocket, upstream_proxy=_proxy_of(server),
             mitmproxy_streams=(lambda: relay_streams(flow)) if self._direct and self._reader_reachable
             and not websocket else None,
-            story=story if websocket else None)
-        data = request.data
-        self._live[flow.id] = Routed(ticket, FlowView(
-            FlowAddress(data.scheme, data.host, data.port, data.authority, data.path, data.method)))
+            story=story if websocket else None, listener=live)
+        if live is not None:
+            live.follow(ticket.exchange)
+        self._live[flow.id] = Routed(ticket, display, live)
         request.scheme = "http"
         request.host = "127.0.0.1"
         request.port = relay.port
@@ -295,13 +302,14 @@ class Router:
             self.relay.forget(ticket.token)  # answered by someone else (another addon)
         restore(flow, exchange, routed.view)
         if ticket.websocket:
-            self._websockets[flow.id] = ticket  # its story goes on until the WebSocket ends
+            self._websockets[flow.id] = routed  # its story goes on until the WebSocket ends
             return
         stream = flow.response.stream
         if isinstance(stream, DisplayCopy) and not flow.response.raw_content:
             flow.response.content = b"".join(stream.chunks)
         annotate(flow, exchange, self.counters)
-        show_attempts(flow, exchange)
+        if routed.live is not None:
+            routed.live.finish(exchange)  # the attempts not shown yet
 
     def error(self, flow: http.HTTPFlow) -> None:
         routed = self._live.pop(flow.id, None)
@@ -312,13 +320,16 @@ class Router:
                 self.relay.forget(routed.ticket.token)
             restore(flow, exchange, routed.view)
             annotate(flow, exchange, self.counters)
-            show_attempts(flow, exchange)
+            if routed.live is not None:
+                routed.live.finish(exchange)
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
-        ticket = self._websockets.pop(flow.id, None)
-        if ticket is None:
+        routed = self._websockets.pop(flow.id, None)
+        if routed is None:
             return
-        show_attempts(flow, ticket.exchange)  # each failed attempt of each turn
+        ticket = routed.ticket
+        if routed.live is not None:
+            routed.live.finish(ticket.exchange)  # each failed attempt of each turn not shown yet
         # the comment names each turn that needed more than one attempt, and why
         story = ticket.story or {}
         turns = story.get("turns", ())
@@ -343,10 +354,12 @@ class Router:
 
 
 class Routed(NamedTuple):
-    """A routed flow until it is answered: the relay's ticket, and how mitmweb shows the flow."""
+    """A routed flow until it is answered: the relay's ticket, how mitmweb shows the
+    flow, and who shows its attempts as they end (None where no one sees flows)."""
 
     ticket: Ticket
     view: FlowView
+    live: LiveStory | None = None
 
 
 class LastInLine:

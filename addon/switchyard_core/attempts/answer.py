@@ -21,6 +21,7 @@ from typing import Literal
 from .. import observe
 from ..apis import APIS, Api, Classification, ErrorInfo
 from ..apis.errors import http_error_info
+from ..exchange import AttemptRecord
 from ..gate import SAID_NOTHING, Gate
 from ..redaction import redact_bytes
 from ..sse import compact_json
@@ -35,6 +36,13 @@ WHOLE_BODY_MIN_LIMIT = 64 * 1024 * 1024  # non-streaming answers are held whole 
 
 Phase = Literal["connect", "error", "whole", "staging", "output", "forwarding", "rest"]
 NOT_A_STREAM = "switchyard: the upstream answered a streaming request with a non-streaming body"
+
+
+def in_client_shape(client_api: str, info: ErrorInfo, record: AttemptRecord) -> Answered:
+    """A translated upstream's failure (or Switchyard's reason not to ask it), as the
+    client's API says it: its status, its body."""
+    return Answered(error_status(client_api, info), [("Content-Type", "application/json")],
+                    error_body(client_api, info), record)
 
 
 def is_event_stream(headers: Mapping[str, str]) -> bool:
@@ -59,7 +67,7 @@ class HttpAttempt(Attempt):
 
     def opened(self, core: Core, status: int, headers: Mapping[str, str], now: float) -> None:
         self.status, self.headers = status, headers
-        self.record.answered(status, request_id(headers))
+        self.record.answered(status, request_id(headers), now)
         number = self.number
         if not 200 <= status < 300:
             self.phase = "error"
@@ -112,9 +120,11 @@ class HttpAttempt(Attempt):
     def _whole_body(self, core: Core, body: bytes, complete: bool, error: BaseException | None, timed_out: bool,
                     now: float) -> None:
         if timed_out:
+            self._show(core, body)
             core.failed(self, self.deadlines.incomplete(), now, timed_out=True)
             return
         if error is not None:
+            self._show(core, body)
             core.failed(self, transport_failure(error), now)
             return
         if not complete:  # too large to hold and check: committed, and the rest passed through
@@ -158,9 +168,12 @@ class HttpAttempt(Attempt):
         core.finish()
 
     def _in_client_shape(self, core: Core, answered: Answered, info: ErrorInfo) -> Answered:
-        """A translated upstream's failure, as the client's API says it: its status, its body."""
-        return Answered(error_status(core.api.name, info), [("Content-Type", "application/json")],
-                        error_body(core.api.name, info), answered.record)
+        """A translated upstream's failure as the client gets it, now or when the route is
+        exhausted later (the attempt still shows what its upstream sent)."""
+        told = in_client_shape(core.api.name, info, answered.record)
+        if core.end.last_answered is answered:
+            core.end.last_answered = told
+        return told
 
     def _commit_whole(self, core: Core, first_event: str) -> bool:
         """Commit a non-streaming answer; True if the client already had a stream's
@@ -208,6 +221,7 @@ class HttpAttempt(Attempt):
         assert gate is not None
         if error is not None:
             if not gate.committed:
+                self._show(core, gate.held())
                 core.failed(self, transport_failure(error), now)
             elif not gate.complete:
                 core.cut(self, "upstream connection broke after output", "stream_cut", now)
@@ -250,6 +264,8 @@ class HttpAttempt(Attempt):
             return
         gate = self.gate
         if gate is None or not gate.committed:
+            if gate is not None:
+                self._show(core, gate.held())
             core.failed(self, self.deadlines.silent_while_staged(now), now, timed_out=True)
         elif not gate.complete:
             # given up on: it must not go on generating while another finishes the answer
@@ -258,6 +274,11 @@ class HttpAttempt(Attempt):
         else:
             core.stop(self)
             core.finish()  # after the API's end marker, quiet is no stall: the answer is whole
+
+    def _show(self, core: Core, body: bytes) -> None:
+        """What an answer that stalled or broke off before output had sent: shown with the
+        attempt in mitmweb (its head and frames), never forwarded."""
+        core.end.show(self.record, self.status, self.headers, redact_bytes(body, self.secrets))
 
     def _failed_in_stream(self, core: Core, failure: Classification, now: float, *, at_end: bool = False) -> None:
         gate = self.gate

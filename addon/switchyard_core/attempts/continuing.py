@@ -193,8 +193,8 @@ class Continuing:
                                                                                              core.api.name)
         record = AttemptRecord(attempt=len(exchange.attempts) + 1, upstream=upstream.name, url=url, started=now,
                                request_headers=request.headers, secret_headers=secret_header_names(upstream),
-                               continuation=strategy)
-        exchange.attempts.append(record)
+                               request_method=request.method, request_body=request.body, continuation=strategy)
+        exchange.add(record)
         overlap = overlap_for(strategy, transcript.text, wanted.echo, wanted.restated)
         deadlines = Deadlines.of(core.settings, streams=True, started=now)
         index = next((i for i, u in enumerate(core.route.upstreams) if u is upstream), 0)
@@ -257,7 +257,7 @@ class ContinuationAttempt(Attempt):
 
     def opened(self, core: Core, status: int, headers: Mapping[str, str], now: float) -> None:
         self.status, self.headers = status, headers
-        self.record.answered(status, request_id(headers))
+        self.record.answered(status, request_id(headers), now)
         if not 200 <= status < 300:
             core.out(Read(self.number, "error", ERROR_BODY_LIMIT, span_s=self.deadlines.error_body))
         elif not is_event_stream(headers):

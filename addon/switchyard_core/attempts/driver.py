@@ -196,16 +196,9 @@ class Driver:
         try:
             async with asyncio.timeout_at(_loop_time(command.head_by)):
                 answer = await self.http.open(command.request, connect_timeout_s=command.connect_s,
-                                              sent=lambda on_connection: machine.sent(number, on_connection))
-        except ConnectTimeout:
-            self._event(lambda: machine.open_failed(number, "connect_timeout", None, now()))
-            return
-        except TimeoutError:
-            self._event(lambda: machine.open_failed(number, "head_timeout", None, now()))
-            return
-        except OSError as exc:  # refused, unreachable, TLS, reset, not HTTP (ssl errors are OSErrors)
-            failure: OSError = exc
-            self._event(lambda: machine.open_failed(number, "transport", failure, now()))
+                                              sent=lambda on_connection: machine.sent(number, on_connection, now()))
+        except (ConnectTimeout, TimeoutError, OSError) as exc:  # OSError: refused, unreachable, TLS, reset, not HTTP
+            self._no_head(number, exc)
             return
         reading = self._reading.get(number)
         if reading is None or machine.attempt(number) is None:
@@ -227,17 +220,20 @@ class Driver:
             refused: Refused = exc
             self._event(lambda: machine.refused(number, refused.status, refused.headers, refused.body, now()))
             return
-        except ConnectTimeout:
-            self._event(lambda: machine.open_failed(number, "connect_timeout", None, now()))
-            return
-        except TimeoutError:
-            self._event(lambda: machine.open_failed(number, "head_timeout", None, now()))
-            return
-        except OSError as exc:
-            broke: OSError = exc
-            self._event(lambda: machine.open_failed(number, "transport", broke, now()))
+        except (ConnectTimeout, TimeoutError, OSError) as exc:
+            self._no_head(number, exc)
             return
         self._event(lambda: machine.opened(number, 101, {}, now()))
+
+    def _no_head(self, number: int, failure: BaseException) -> None:
+        """An open that brought no head: told as the core reads it (a connect timeout, no
+        head in time, or a transport failure)."""
+        if isinstance(failure, ConnectTimeout):
+            self._event(lambda: self.machine.open_failed(number, "connect_timeout", None, now()))
+        elif isinstance(failure, TimeoutError):
+            self._event(lambda: self.machine.open_failed(number, "head_timeout", None, now()))
+        else:
+            self._event(lambda: self.machine.open_failed(number, "transport", failure, now()))
 
     def _inject(self, number: int, fault: FaultSpec, api: str) -> None:
         reading = self._reading.get(number)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from .. import observe
 from ..apis import APIS, Decision, ErrorInfo, ErrorPolicy
@@ -28,7 +29,8 @@ from .attempt import Attempt, Cut
 from .client_stream import ClientSink, ClientStream
 from .commands import CloseClient, Command, Finished, Inject, Open, Stop, Timer, TimerName
 from .continuing import Continuing
-from .endings import Endings
+from .answer import in_client_shape
+from .endings import Answered, Endings
 from .log import AttemptLog
 from .outages import FailureKind, Outages
 from .policy import UpstreamTry, judge
@@ -87,11 +89,11 @@ class ExchangeMachine:
         """The attempt with this number, while the core still reads its answer."""
         return self._live.get(number)
 
-    def sent(self, number: int, on_connection: bool) -> None:
+    def sent(self, number: int, on_connection: bool, now: float) -> None:
         """The request is on a connection (or, False, moving to a fresh one)."""
         attempt = self._live.get(number)
         if attempt is not None:
-            attempt.record.request_sent(on_connection)
+            attempt.record.request_sent(on_connection, now)
 
     def opened(self, number: int, status: int, headers: Mapping[str, str], now: float, *,
                faulted: bool = False) -> list[Command]:
@@ -361,7 +363,9 @@ class ExchangeMachine:
             # not asked: the route goes on as after a failure before output (docs/translation.md)
             attempt, info = untranslatable(self, step, now, made)
             self._live[attempt.number] = attempt
-            self.failed(attempt, info, now)
+            # with no upstream left after it, the client hears this reason in its own API, not an earlier failure
+            told = in_client_shape(self.api.name, info, attempt.record)
+            self.failed(attempt, info, now, forward=partial(self._tell, told, info))
             return
         attempt, command = made
         self._live[attempt.number] = attempt
@@ -371,6 +375,10 @@ class ExchangeMachine:
         if self._hedge_s > 0 and len(self._live) == 1 and self.tries.hedge() is not None:
             self._hedged_from = attempt.number
             self.out(Timer("hedge", now + self._hedge_s))
+
+    def _tell(self, told: Answered, info: ErrorInfo) -> None:
+        self.end.forward(told, info)
+        self.finish()
 
     def reopen_over_http(self, attempt: Attempt, now: float) -> None:
         """A WebSocket upgrade refused by an upstream that speaks HTTP: the same try,

@@ -59,14 +59,18 @@ def new_attempt(core: Core, step: UpstreamTry, now: float, *, over_http: bool = 
     else:
         api = None if socket else core.api.name
         request, url = build_request(original, upstream, api), display_url(original, upstream, api)
+    turn = core.turn
     records = core.exchange.attempts
     record = AttemptRecord(attempt=replacing.attempt if replacing is not None else len(records) + 1,
                            upstream=upstream.name, url=websocket_url(url) if socket else url, started=now,
-                           request_headers=request.headers, secret_headers=secret_header_names(upstream), hedge=hedge)
-    if replacing is not None:
+                           request_headers=request.headers, secret_headers=secret_header_names(upstream), hedge=hedge,
+                           # a socket's request is its upgrade, then the turn's message on it
+                           request_method="GET" if socket else request.method,
+                           request_body=turn.text.encode() if socket and turn is not None else request.body)
+    core.exchange.add(record)
+    if replacing is not None:  # in the refused upgrade's place, under its number
+        records.pop()
         records[records.index(replacing)] = record
-    else:
-        records.append(record)
     deadlines = Deadlines.of(core.settings, streams=original.wants_stream, started=now)
     secrets = env_secrets(upstream)
     # the head, or the handshake: within headers_timeout_s, and never past when the first output is due
@@ -86,7 +90,7 @@ def untranslatable(core: Core, step: UpstreamTry, now: float, refused: Untransla
     record = AttemptRecord(attempt=len(core.exchange.attempts) + 1, upstream=upstream.name,
                            url=translated_display_url(upstream, original.wants_stream), started=now,
                            secret_headers=secret_header_names(upstream))
-    core.exchange.attempts.append(record)
+    core.exchange.add(record)
     attempt = HttpAttempt(step, record, Deadlines.of(core.settings, streams=original.wants_stream, started=now))
     return attempt, ErrorInfo(status=502, code=UNTRANSLATABLE, event_type="untranslatable",
-                              message=f"not asked: {refused.reason}")
+                              message=f"switchyard: upstream {upstream.name} not asked: {refused.reason}")

@@ -79,13 +79,14 @@ class SocketAttempt(Attempt):
             return
         record = self.record
         record.reached("headers")
-        record.answered(status, None)
+        record.answered(status, None, now)
         record.kept(status, list(headers), body)
         core.failed(self, http_error_info(status, body), now, headers=CIMultiDict(headers))
 
     def opened(self, core: Core, status: int, headers: Mapping[str, str], now: float) -> None:
         turn = self._turn()
         settings = core.settings
+        self.record.upgraded(now)
         self.record.reached("staging")
         self.classifier = ResponsesStream()
         self.gate = Gate(self.classifier, staging_limit=settings.staging_limit,
@@ -155,6 +156,7 @@ class SocketAttempt(Attempt):
         gate = self.gate
         if gate is None or not gate.committed:
             what = f"upstream closed the WebSocket before output (code {closed.code})"
+            self._show_held()
             core.failed(self, transport_failure(ConnectionBroke(what)), now)
             return
         self._settle(core)
@@ -184,6 +186,7 @@ class SocketAttempt(Attempt):
             core.cut(self, self.deadlines.stalled_message(), "stream_stalled", now)
             return
         info = self.deadlines.silent_while_staged(now)
+        self._show_held()
         if turn.resendable:
             core.failed(self, info, now, timed_out=True)
             return
@@ -191,14 +194,20 @@ class SocketAttempt(Attempt):
         core.end.stalled_unresent(self.record, info.message)
         core.finish()
 
+    def _show_held(self) -> None:
+        """The messages an attempt that failed before output got, one a line: shown with
+        the attempt in mitmweb (what a stalled or closed socket had sent), never forwarded."""
+        if self.gate is not None:
+            self.record.kept(101, [("Content-Type", "application/json")],
+                             redact_bytes(b"\n".join(self.gate.held_frames()), self.secrets))
+
     def _failed_before_output(self, core: Core, failure: Classification, now: float) -> None:
         gate = self.gate
         assert gate is not None
         turn = self._turn()
         info = failure.error or ErrorInfo(message="failure")
         held = gate.held_frames()
-        self.record.kept(101, [("Content-Type", "application/json")],
-                         redact_bytes(b"\n".join(held), self.secrets))
+        self._show_held()
         named = self.named
         # the response may go on (an `error` mid-way): its connection goes, so that
         # nothing of it can be taken for the next attempt's
@@ -240,7 +249,7 @@ def warm_up_here(core: Core, turn: TurnContext, step: UpstreamTry, now: float) -
     exchange = core.exchange
     record = AttemptRecord(attempt=len(exchange.attempts) + 1, upstream=upstream.name,
                            url=display_url(exchange.request, upstream), started=now)
-    exchange.attempts.append(record)
+    exchange.add(record)
     core.end.committed(record, WARM_UP_HERE)
     turn.response_id = rid
     response: dict[str, Any] = {"id": rid, "object": "response", "status": "in_progress", "output": [],

@@ -30,7 +30,7 @@ from typing import Any
 from .. import observe
 from ..attempts import Driver, ExchangeMachine, HeldSink
 from ..attempts.outages import Outages
-from ..exchange import Exchange, OriginalRequest
+from ..exchange import AttemptListener, Exchange, OriginalRequest
 from ..faults import FaultPlan
 from ..rules import Route
 from ..upstreams.client import UpstreamClient
@@ -81,7 +81,8 @@ class Relay:
 
     def register(self, route: Route, request: OriginalRequest, faults: FaultPlan | None = None, *,
                  outages: Outages | None = None, provisional_head: bool = False, websocket: bool = False, upstream_proxy: str | None = None,
-                 mitmproxy_streams: MitmproxyStreams | None = None, story: dict[str, Any] | None = None) -> Ticket:
+                 mitmproxy_streams: MitmproxyStreams | None = None, story: dict[str, Any] | None = None,
+                 listener: AttemptListener | None = None) -> Ticket:
         """An exchange the relay will serve once, for the holder of its token.  An HTTP
         exchange's first attempt is sent now, from its driver: the upstream starts on it
         while mitmproxy passes the flow to the relay (under a burst, after every other
@@ -92,9 +93,11 @@ class Relay:
         `provisional_head`: answer mitmproxy at once with a provisional head (see
         above).  Only where a client that leaves closes its connection: while the
         Router's hook waits, mitmproxy queues the flow's events, and an HTTP/2
-        stream reset would wait with them while the upstream went on."""
-        ticket = Ticket(secrets.token_urlsafe(18), Exchange(route, request), faults, outages, upstream_proxy,
-                        websocket, provisional_head, mitmproxy_streams, story)
+        stream reset would wait with them while the upstream went on.
+
+        `listener`: told each attempt's end, where the flow is shown live (exchange.py)."""
+        ticket = Ticket(secrets.token_urlsafe(18), Exchange(route, request, listener=listener), faults, outages,
+                        upstream_proxy, websocket, provisional_head, mitmproxy_streams, story)
         self._pending[ticket.token] = ticket
         if not websocket:
             machine = ExchangeMachine(ticket.exchange, HeldSink(), faults=faults, outages=outages)

@@ -263,7 +263,7 @@ class WebSocketSession:
         folded = fold(body, {rid: carried for rid, (carried, _) in self._carried.items()})
         request = OriginalRequest.of("POST", self.exchange.request.url, self._turn_headers,
                                      as_http_body(folded), {"stream": True}, self.exchange.request.address)
-        exchange = Exchange(self.route, request)
+        exchange = Exchange(self.route, request, listener=self.exchange.listener)  # shown live as the connection's
         rewrite = not resendable and self.route.settings.rewrite_capacity_codes
         machine = ExchangeMachine(exchange, TurnSink(self, rewrite), faults=self.ticket.faults, turn=turn,
                                   outages=self.ticket.outages)

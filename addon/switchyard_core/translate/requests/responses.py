@@ -40,16 +40,10 @@ def decode(body: Mapping[str, Any]) -> Request:
     elif given is not None:
         raise Untranslatable("the request's `input` is neither text nor a list of items")
     tools: list[Tool] = []
-    for tool in body.get("tools") or []:
-        if isinstance(tool, dict) and tool.get("type") == "function":
-            parameters = tool.get("parameters")
-            tools.append(Tool(str(tool.get("name") or ""), str(tool.get("description") or ""),
-                              parameters if isinstance(parameters, dict) else None,
-                              tool.get("strict") if isinstance(tool.get("strict"), bool) else None))
-        elif isinstance(tool, dict) and tool.get("type") == "custom":
-            tools.append(Tool(str(tool.get("name") or ""), str(tool.get("description") or ""), freeform=True))
-        elif isinstance(tool, dict):
-            left_out.append(f"the built-in tool {option(str(tool.get('type')))}: a tool of {API} only")
+    _tools(body.get("tools"), tools, left_out)
+    for item in given if isinstance(given, list) else ():
+        if item.get("type") == "additional_tools":  # tools declared in the input (Codex sends its own so)
+            _tools(item.get("tools"), tools, left_out)
     text = obj(body.get("text"))
     reasoning = obj(body.get("reasoning"))
     options = {k: body[k] for k in OPENAI_OPTIONS if body.get(k) is not None}
@@ -73,6 +67,30 @@ def decode(body: Mapping[str, Any]) -> Request:
         vendor_options=options,
         left_out=tuple(left_out),
     )
+
+
+def _tools(given: Any, tools: list[Tool], left_out: list[str]) -> None:
+    """Function and free-text tool definitions, a namespace's flattened (its tools keep their
+    names; a name already taken is left out: the other APIs have no namespaces)."""
+    for tool in given if isinstance(given, list) else ():
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "namespace":
+            _tools(tool.get("tools"), tools, left_out)
+            continue
+        if kind not in ("function", "custom"):
+            if isinstance(tool, dict):
+                left_out.append(f"the built-in tool {option(str(kind))}: a tool of {API} only")
+            continue
+        name = str(tool.get("name") or "")
+        if any(known.name == name for known in tools):
+            left_out.append(f"a second tool named {option(name)} (in another namespace)")
+        elif kind == "function":
+            parameters = tool.get("parameters")
+            tools.append(Tool(name, str(tool.get("description") or ""),
+                              parameters if isinstance(parameters, dict) else None,
+                              tool.get("strict") if isinstance(tool.get("strict"), bool) else None))
+        else:
+            tools.append(Tool(name, str(tool.get("description") or ""), freeform=True))
 
 
 def _item(item: dict[str, Any], system: list[str], turns: list[Message], left_out: list[str]) -> None:
@@ -99,6 +117,8 @@ def _item(item: dict[str, Any], system: list[str], turns: list[Message], left_ou
                                                  name=str(item.get("name") or "")),)))
     elif kind == "reasoning":
         left_out.append("reasoning items in the conversation: only the model that wrote them can read them back")
+    elif kind == "additional_tools":
+        pass  # its tools are read with the request's (`_tools`)
     else:
         left_out.append(f"an input item of type {option(str(kind))}: a built-in tool's or OpenAI's own record")
 
