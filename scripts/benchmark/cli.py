@@ -65,6 +65,9 @@ def parse_args(argv: list[str], description: str = "") -> argparse.Namespace:
     parser.add_argument("--switchyard-set", action="append", default=[], metavar="OPTION=VALUE",
                         help="a mitmproxy option for the Switchyard proxy only (repeatable), e.g. "
                              "switchyard_direct_relay=false to measure the relay's answers through its socket")
+    parser.add_argument("--switchyard-addon", type=Path, default=None, metavar="PATH",
+                        help="the Switchyard side loads this addon/switchyard.py (e.g. an earlier commit's worktree, "
+                             "to measure before and after against plain mitmdump) instead of this tree's")
     parser.add_argument("--max-lifetime", type=float, default=3600, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -158,7 +161,7 @@ def main(argv: list[str], description: str = "") -> int:
         plain, plain_port = start_proxy("plain", workdir, rules, ["--set", "stream_large_bodies=1"], bare=True)
         children.append(plain)
         options = [arg for option in args.switchyard_set for arg in ("--set", option)]
-        switchyard, sw_port = start_proxy("switchyard", workdir, rules, options)
+        switchyard, sw_port = start_proxy("switchyard", workdir, rules, options, addon=args.switchyard_addon)
         children.append(switchyard)
         progress(f"plain mitmdump pid {plain.pid} :{plain_port}; switchyard mitmdump pid {switchyard.pid} :{sw_port}")
         proxies: Proxies = {
