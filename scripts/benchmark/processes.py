@@ -130,9 +130,10 @@ def start_upstream(args: argparse.Namespace, workdir: Path) -> tuple[Child, list
     return child, ports
 
 
-def write_rules(workdir: Path, backup_port: int) -> Path:
+def write_rules(workdir: Path, backup_port: int, more_routes: str = "") -> Path:
+    """The rules above, with `more_routes` (YAML list items) after their own."""
     rules = workdir / "rules.yaml"
-    rules.write_text(RULES.format(backup_port=backup_port, backup_key=BACKUP_KEY))
+    rules.write_text(RULES.format(backup_port=backup_port, backup_key=BACKUP_KEY) + more_routes)
     return rules
 
 
