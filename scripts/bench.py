@@ -108,6 +108,16 @@ through, which the table shows as a check that the hold is real.  The soft
 RLIMIT_NOFILE is raised to the hard limit in this process (the children
 inherit it) and in the upstream; the proxy needs about 3N descriptors.
 
+Outage rows (`--outages N`, default 10, 3 with --quick, 0 to skip; scripts/benchmark/outages.py
+says how): after the rounds, for a primary that is hung, refuses connections or answers 429 with
+Retry-After, the first content of the second and later requests through Switchyard against
+going straight to the backup (directly and through plain mitmdump); and for a primary whose
+first token is slow, with `hedge_after_s`, first content against hedge_after_s plus the
+backup's own.  Their routes are on a host of their own, after the others in the rules.
+
+`--switchyard-addon PATH` runs another tree's addon/switchyard.py on the Switchyard side (an
+earlier commit's worktree): the same run's plain mitmdump is the yardstick for both.
+
 `--profile DIR` records both proxies with py-spy during the measured rounds
 (pip install py-spy into the venv; it is not a project dependency).
 
@@ -117,7 +127,7 @@ SIGTERM from the kernel if this process dies: PR_SET_PDEATHSIG).
 The code is the package beside this file, scripts/benchmark/: cli (arguments,
 processes started and stopped, what is printed), upstream (the `--serve`
 process), frames (the request and the answers), processes, clients, cells (one
-measured cell), rounds (the run), websocket and staging (their rows), procstats
+measured cell), rounds (the run), websocket, staging and outages (their rows), procstats
 (/proc readings), report and printout (the tables and the lines around them),
 profiling (py-spy).
 """

@@ -121,6 +121,9 @@ def test_the_benchmark_runs_every_path_and_every_stream_arrives_whole(tmp_path: 
     assert "| time to first content, 4 requests started together, p90 |" in report
     assert "| 1 | continue after cut: cut to first continued content, median (ms) |" in report
     assert "switchyard's peak − before at most 300 MB beyond plain mitmdump's" in report
+    outages = json.loads(raw.read_text())["outages"]  # each outage's later requests skip to the backup, whole
+    assert outages["cells"] and not [s["error"] for c in outages["cells"] for s in c["samples"] if s["error"]]
+    assert "| primary hung (accepts, never answers) | first content, median |" in report
 
 
 def _gone(pid: int) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 from urllib.parse import unquote_plus, urlsplit
 
 from .apis.errors import MESSAGE_LIMIT
@@ -87,6 +88,7 @@ def secret_values(client_headers: Iterable[tuple[str, str]], upstreams: Iterable
     return _longest_first(values)
 
 
+@lru_cache(maxsize=256)  # asked for every attempt; an upstream is immutable (a reload makes new ones)
 def env_secrets(upstream: Upstream) -> tuple[bytes, ...]:
     """What the upstream's `${VAR}`s were filled with, as bytes: an upstream may echo its
     own key ("Incorrect API key provided: sk-..."), and what it sends is passed on.  Each

@@ -17,6 +17,7 @@ from typing import Any
 from benchmark.cells import Bench
 from benchmark.constants import PATHS, Proxies
 from benchmark.frames import STAGING_HOLD_MAX_S
+from benchmark.outages import OutageUpstreams, outage_report
 from benchmark.printout import footer, header, tables
 from benchmark.processes import ENTRY, Child, raise_nofile_limit, start_proxy, start_upstream, write_rules
 from benchmark.procstats import machine, status_kb
@@ -69,6 +70,13 @@ def parse_args(argv: list[str], description: str = "") -> argparse.Namespace:
     parser.add_argument("--switchyard-set", action="append", default=[], metavar="OPTION=VALUE",
                         help="a mitmproxy option for the Switchyard proxy only (repeatable), e.g. "
                              "switchyard_direct_relay=false to measure the relay's answers through its socket")
+    parser.add_argument("--outages", type=int, default=None, metavar="N",
+                        help="requests per cell and round in the outage rows (a primary hung, refused, answering 429 "
+                             "with Retry-After; a slow first token hedged) against going straight to the backup; "
+                             "0 skips (default 10, with --quick 3)")
+    parser.add_argument("--switchyard-addon", type=Path, default=None, metavar="PATH",
+                        help="the Switchyard side loads this addon/switchyard.py (e.g. an earlier commit's worktree, "
+                             "to measure before and after against plain mitmdump) instead of this tree's")
     parser.add_argument("--max-lifetime", type=float, default=3600, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -83,6 +91,10 @@ def parse_args(argv: list[str], description: str = "") -> argparse.Namespace:
         args.ws_turns = 3 if args.quick else 20
     if args.ws_turns < 0:
         parser.error("--ws-turns must not be negative")
+    if args.outages is None:
+        args.outages = 3 if args.quick else 10
+    if args.outages < 0:
+        parser.error("--outages must not be negative")
     if args.staging_streams is None:
         args.staging_streams = 200 if args.quick else 1000
     if args.staging_streams < 0:
@@ -109,6 +121,8 @@ def _results(args: argparse.Namespace, argv: list[str], info: dict[str, Any], wa
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("serve", "max_lifetime")}
     lines = header(info, args, argv, ENTRY, wall, summary, bench.cells)
     lines += tables(summary, bench.cells, args, extra)
+    if "outages" in extra:
+        lines += outage_report(extra["outages"])
     lines += footer(summary, args, hwm, extra["idle_rss_mb_after_warmup"])
     print("\n".join(lines))
     if profilers:
@@ -131,6 +145,8 @@ def _results(args: argparse.Namespace, argv: list[str], info: dict[str, Any], wa
         print(f"Raw numbers: {args.json}")
     staging_failed = any(extra.get("staging", {}).get(p, {}).get("error_count") for p in ("plain", "switchyard"))
     staging_failed = staging_failed or any(extra.get("websocket", {}).get(p, {}).get("errors") for p in PATHS)
+    staging_failed = staging_failed or any(s["error"] for c in extra.get("outages", {}).get("cells", [])
+                                           for s in c["samples"])
     return 1 if staging_failed or any(v["failed"] for v in summary.values()) else 0
 
 
@@ -158,11 +174,12 @@ def main(argv: list[str], description: str = "") -> int:
         upstream, ports = start_upstream(args, workdir)
         children.append(upstream)
         progress(f"upstream pid {upstream.pid} on ports {ports}")
-        rules = write_rules(workdir, ports[1])
+        outages = OutageUpstreams.open() if args.outages else None
+        rules = write_rules(workdir, ports[1], outages.routes(ports[1]) if outages else "")
         plain, plain_port = start_proxy("plain", workdir, rules, ["--set", "stream_large_bodies=1"], bare=True)
         children.append(plain)
         options = [arg for option in args.switchyard_set for arg in ("--set", option)]
-        switchyard, sw_port = start_proxy("switchyard", workdir, rules, options)
+        switchyard, sw_port = start_proxy("switchyard", workdir, rules, options, addon=args.switchyard_addon)
         children.append(switchyard)
         progress(f"plain mitmdump pid {plain.pid} :{plain_port}; switchyard mitmdump pid {switchyard.pid} :{sw_port}")
         proxies: Proxies = {
@@ -179,7 +196,7 @@ def main(argv: list[str], description: str = "") -> int:
                 children.extend(profilers)
                 progress(f"py-spy recording into {args.profile}")
 
-        bench, extra = asyncio.run(run(args, ports, proxies, upstream.pid, progress, measuring))
+        bench, extra = asyncio.run(run(args, ports, proxies, upstream.pid, progress, measuring, outages))
         for profiler in profilers:
             profiler.stop()
         hwm = {name: status_kb(pid, "VmHWM") / 1024 for name, (pid, _) in proxies.items() if pid}

@@ -41,6 +41,7 @@ class Read:
     upstream: str | None
     ended_done: bool
     header_upstream: str | None
+    header_attempts: str | None = None
 
 
 @dataclass
@@ -101,7 +102,7 @@ async def read_stream(session: aiohttp.ClientSession, url: str, proxy: str | Non
             nbytes += len(chunk)
             tail = (tail + chunk)[-len(DONE):]
         return Read(resp.status, ttfb, ttft, tte, perf() - t0, nbytes, upstream, tail == DONE,
-                    resp.headers.get("x-switchyard-upstream"))
+                    resp.headers.get("x-switchyard-upstream"), resp.headers.get("x-switchyard-attempts"))
 
 
 async def read_cut_stream(session: aiohttp.ClientSession, url: str, proxy: str | None) -> CutRead:

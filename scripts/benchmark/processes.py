@@ -139,16 +139,23 @@ def start_upstream(args: argparse.Namespace, workdir: Path) -> tuple[Child, list
     return child, ports
 
 
-def write_rules(workdir: Path, backup_port: int) -> Path:
+def write_rules(workdir: Path, backup_port: int, more_routes: str = "") -> Path:
+    """The rules above, with `more_routes` (YAML list items) after their own."""
     rules = workdir / "rules.yaml"
-    rules.write_text(RULES.format(backup_port=backup_port, backup_key=BACKUP_KEY))
+    rules.write_text(RULES.format(backup_port=backup_port, backup_key=BACKUP_KEY) + more_routes)
     return rules
 
 
-def start_proxy(name: str, workdir: Path, rules: Path, extra: list[str], *, bare: bool = False) -> tuple[Child, int]:
-    """One mitmdump in regular mode on loopback: Switchyard's with `rules`, or plain mitmdump (`bare`)."""
+def start_proxy(name: str, workdir: Path, rules: Path, extra: list[str], *, bare: bool = False,
+                addon: Path | None = None) -> tuple[Child, int]:
+    """One mitmdump in regular mode on loopback: Switchyard's with `rules`, or plain mitmdump (`bare`).
+    `addon`: another tree's `addon/switchyard.py` (an earlier commit's worktree) instead of this one's;
+    it imports the `switchyard_core` beside it."""
     home = workdir / name
     home.mkdir(parents=True, exist_ok=True)
+    if addon is not None and not bare:
+        extra = ["-s", str(addon), "--set", f"switchyard_rules={rules}", *extra]
+        bare = True
     try:
         dump = start_mitmdump(rules, home / "mitmdump.log", extra_args=extra, bare=bare, die_with_parent=True,
                               start_timeout_s=MITMDUMP_START_S)

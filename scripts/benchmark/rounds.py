@@ -9,6 +9,7 @@ from typing import Any
 
 from benchmark.cells import Bench
 from benchmark.constants import PATH_LABEL, PATHS, Progress, Proxies
+from benchmark.outages import OutageUpstreams, outage_phase
 from benchmark.procstats import rss_kb
 from benchmark.report import median, staging_verdict
 from benchmark.staging import staging_phase
@@ -73,8 +74,10 @@ async def measured_round(bench: Bench, args: argparse.Namespace, round_no: int, 
 
 
 async def run(args: argparse.Namespace, ports: list[int], proxies: Proxies, upstream_pid: int, progress: Progress,
-              measuring: Callable[[], None] | None = None) -> tuple[Bench, dict[str, Any]]:
-    """Everything measured; `measuring` is called once the warm-up is over (the profilers start there)."""
+              measuring: Callable[[], None] | None = None,
+              outages: OutageUpstreams | None = None) -> tuple[Bench, dict[str, Any]]:
+    """Everything measured; `measuring` is called once the warm-up is over (the profilers start there);
+    `outages`, the outage rows' primaries (their routes are in the rules)."""
     bench = Bench(args, ports, proxies, upstream_pid)
     await bench.open()
     try:
@@ -87,6 +90,12 @@ async def run(args: argparse.Namespace, ports: list[int], proxies: Proxies, upst
         for round_no in range(args.rounds):
             await measured_round(bench, args, round_no, progress)
         extra: dict[str, Any] = {"idle_rss_mb_after_warmup": idle_rss}
+        if outages is not None:
+            progress(f"outages: {args.outages} requests per cell and round, each scenario and the backup alone")
+            try:
+                extra["outages"] = await outage_phase(bench, outages, progress)
+            finally:
+                await outages.close()
         if args.ws_turns:
             progress(f"websocket: {args.ws_turns} Responses turns per path and round over one WebSocket each")
             extra["websocket"] = await websocket_phase(args, ports, proxies, progress)

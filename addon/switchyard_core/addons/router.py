@@ -38,6 +38,7 @@ from .destination import destination, named_url
 from .request_body import RequestBody, not_routed_too_large, read_body, requested_model
 from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, restore
 from .live_story import LiveStory
+from . import chunked_reading
 from .heap import freeze_startup_heap
 from .rules_keeper import RulesKeeper
 from .status import status_text
@@ -141,6 +142,8 @@ class Router:
     def done(self) -> None:
         if self in _RUNNING:
             _RUNNING.remove(self)
+        if not _RUNNING:
+            chunked_reading.uninstall()
         self._notes.uninstall()
         if self._last in ctx.master.addons:
             ctx.master.addons.remove(self._last)
@@ -160,7 +163,8 @@ class Router:
         if note is None:
             self._notes.install()
         hook_filter = None if observe.HOOK_HANDLERS else "mitmproxy.log has no LegacyLogEvents"
-        parts = {"direct_line": direct_line, "streaming_note": note, "log_hook_filter": hook_filter}
+        parts = {"direct_line": direct_line, "streaming_note": note, "log_hook_filter": hook_filter,
+                 "chunked_reader": chunked_reading.install()}
         observe.emit(logging.DEBUG if not any(parts.values()) else logging.INFO, "switchyard.mitmproxy_parts",
                      **{name: "active" if why is None else f"inactive: {why}" for name, why in parts.items()})
 

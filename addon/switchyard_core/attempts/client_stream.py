@@ -143,11 +143,15 @@ class ClientStream:
         self._redactor = StreamRedactor(secrets) if secrets else None
 
     def write(self, data: bytes) -> None:
-        """An upstream's bytes, as sent but for its secrets."""
+        """An upstream's bytes, as sent but for its secrets (`_write`, inline: the path every token takes)."""
         self.answered = True
         if self._redactor is not None:
             data = self._redactor.feed(data)
-        self._write(data)
+        if data:
+            self.sink.write(data)
+            self._tail = data[-4:]
+            if self.transcript is not None:
+                self._keep(data)
 
     def release(self) -> None:
         """Before anything of Switchyard's own, and before the response ends: what was

@@ -25,15 +25,20 @@ class AttemptLog:
         self.exchange = exchange
         self.route = exchange.route.name
         self.api = exchange.route.api
-        upstreams = exchange.route.upstreams
-        in_queries = credential_query_values(exchange.request.url, *(u.url for u in upstreams if u.url))
-        self._secrets = secret_values(exchange.request.headers, upstreams, in_queries)
+        # found when a message is first redacted: most exchanges never fail
+        self._secrets: tuple[str, ...] | None = None
         self._quiet_commit: tuple[AttemptRecord, str] | None = None
         # fields every line of this exchange carries besides its own (a WebSocket turn's transport and number)
         self.context: dict[str, object] = {}
 
     def redact(self, text: str) -> str:
-        return redact(text, self._secrets)
+        secrets = self._secrets
+        if secrets is None:
+            exchange = self.exchange
+            upstreams = exchange.route.upstreams
+            in_queries = credential_query_values(exchange.request.url, *(u.url for u in upstreams if u.url))
+            secrets = self._secrets = secret_values(exchange.request.headers, upstreams, in_queries)
+        return redact(text, secrets)
 
     def fields(self, record: AttemptRecord) -> dict[str, object]:
         return {"route": self.route, "upstream": record.upstream, "attempt": record.attempt, "request_id": record.request_id,

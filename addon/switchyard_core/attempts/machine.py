@@ -80,9 +80,9 @@ class ExchangeMachine:
         self.tries = Tries.of(self.outages, self.route, self.tries.upstreams, now,
                               remember=turn is None or turn.resendable, context=self.log.context)
         self.exchange.skipped = self.tries.skipped
-        if self._keepalive_s > 0:
+        self._open(self.tries.first(), now)  # first: the driver sends it before it sets any timer
+        if self._keepalive_s > 0 and not self.done:
             self.out(Timer("keepalive", now + self._keepalive_s))
-        self._open(self.tries.first(), now)
         return self._take()
 
     def attempt(self, number: int) -> Attempt | None:

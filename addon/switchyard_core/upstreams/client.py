@@ -19,6 +19,7 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
 from typing import cast
 from urllib.parse import SplitResult, urlsplit
 
@@ -31,7 +32,7 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 from .. import observe
 from .answer_head import answer_headers, shown_names
 from .connection import Key, UpstreamAnswer, UpstreamConnection
-from .messages import ConnectionBroke, ConnectTimeout, UpstreamRequest, origin_of, unresolvable
+from .messages import URL_CACHE, ConnectionBroke, ConnectTimeout, UpstreamRequest, origin_of, unresolvable
 from .pool import ConnectionPool
 
 ConnectHook = Callable[[http.HTTPFlow], Awaitable[None]]
@@ -104,15 +105,10 @@ class UpstreamClient:
         `sent(True)` is called once the request is on a connection, `sent(False)` when
         a stale pooled connection sends it to a new one: a failure after that point is
         not a connect failure, and the log says which it was."""
-        url = urlsplit(request.url)
-        scheme = url.scheme.lower()
-        host = url.hostname or ""
-        port = url.port or (443 if scheme == "https" else 80)
+        scheme, host, port, authority, target = _aimed(request.url)
         # the socket goes to the address where one is known, TLS asks for the name (and the
         # pool keeps both: an address may serve several names)
         key = (scheme, request.address or host, port, host)
-        authority = url.netloc.rpartition("@")[2]
-        target = (url.path or "/") + (f"?{url.query}" if url.query else "")
         headers = list(request.headers)
         if self._proxy is not None and scheme == "http":
             target = f"http://{authority}{target}"  # absolute-form, for the proxy
@@ -222,6 +218,16 @@ def _as_kept(answer: UpstreamAnswer, request: UpstreamRequest) -> UpstreamAnswer
         observe.emit(logging.INFO, "switchyard.cookie_not_forwarded", origin=origin_of(request.url),
                      cookies=shown_names(withheld), why="set by another origin than the client's destination")
     return answer
+
+
+@lru_cache(maxsize=URL_CACHE)
+def _aimed(url: str) -> tuple[str, str, int, str, str]:
+    """Where a request for `url` goes: scheme, host, port, authority and request target."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or (443 if scheme == "https" else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return scheme, parts.hostname or "", port, parts.netloc.rpartition("@")[2], target
 
 
 def _request_head(method: str, target: str, authority: str, headers: list[tuple[str, str]], length: int) -> bytes:

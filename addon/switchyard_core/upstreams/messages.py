@@ -15,6 +15,7 @@ import socket
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -67,6 +68,13 @@ ACCEPT_ENCODING = "gzip, deflate"
 REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-generation-id", "apim-request-id", "cf-ray")
 
 
+# The URL functions below are pure, and every request of a route asks them about the
+# same few URLs (the client's, each upstream's): remembered, they leave urllib's parsing
+# off the way to the upstream's first byte.  Bounded: a client may vary its query.
+URL_CACHE = 512
+
+
+@lru_cache(maxsize=URL_CACHE)
 def _origin(url: str) -> tuple[str, str, int]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -90,6 +98,7 @@ class UpstreamRequest:
     other_origin: bool = False
 
 
+@lru_cache(maxsize=URL_CACHE)
 def target_url(original_url: str, upstream_url: str | None, model: str | None = None, api: str | None = None,
                forward_query: frozenset[str] = frozenset(), own_auth: bool = False) -> str:
     """Where an upstream's attempt goes: its URL plus the original query if it has
@@ -170,13 +179,19 @@ def is_cross_origin(url: str, other: str) -> bool:
 def display_url(original: OriginalRequest, upstream: Upstream, api: str | None = None) -> str:
     """The attempt's URL as it may be shown: `${VAR}` values left unexpanded, except
     in the host and port, which must parse (mitmweb shows them as the destination)."""
-    shown = urlsplit(target_url(original.url, upstream.display_url, upstream.model, api, upstream.forward_query,
-                                upstream.auth is not None))
-    if "${" in shown.netloc:
-        real = urlsplit(target_url(original.url, upstream.url, upstream.model, api, upstream.forward_query,
-                                    upstream.auth is not None))
-        shown = shown._replace(netloc=real.netloc)
-    return urlunsplit(shown)
+    own_auth = upstream.auth is not None
+    shown = target_url(original.url, upstream.display_url, upstream.model, api, upstream.forward_query, own_auth)
+    real = target_url(original.url, upstream.url, upstream.model, api, upstream.forward_query, own_auth) \
+        if "${" in shown else None
+    return _shown_url(shown, real)
+
+
+@lru_cache(maxsize=URL_CACHE)
+def _shown_url(shown: str, real: str | None) -> str:
+    parts = urlsplit(shown)
+    if real is not None and "${" in parts.netloc:
+        parts = parts._replace(netloc=urlsplit(real).netloc)
+    return urlunsplit(parts)
 
 
 def secret_header_names(upstream: Upstream | None) -> frozenset[str]:
