@@ -30,7 +30,6 @@ from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Relay
 from ..relay.ticket import Ticket
 from ..relay.connection import reason_phrase
 from ..relay import mitmproxy_reader
-from ..relay.mitmproxy_reader import relay_streams
 from ..upstreams import UpstreamClient
 from ..upstreams.client import ConnectHook
 from ..upstreams.messages import redact_query
@@ -246,7 +245,7 @@ class Router:
             route, original, self.keeper.faults, outages=self.keeper.outages,
             provisional_head=request.http_version.startswith("HTTP/1") and not websocket,
             websocket=websocket, upstream_proxy=_proxy_of(server),
-            mitmproxy_streams=(lambda: relay_streams(flow)) if self._direct and self._reader_reachable
+            mitmproxy_streams=(lambda: mitmproxy_reader.relay_streams(flow)) if self._direct and self._reader_reachable
             and not websocket else None,
             story=story if websocket else None, listener=live)
         if live is not None:
