@@ -67,13 +67,16 @@ def test_in_process_answers_skip_the_relay_socket(any_env: Env, socket_mitm: Mit
     relay to mitmproxy."""
     frames = [wire.CHAT_ROLE, *[FRAME] * 4000, wire.CHAT_DONE]
     expected = b"".join(frames)
-    any_env.provider.script("solo", Reply.sse(*frames))
-    before = loopback_bytes()
-    result = any_env.curl(any_env.provider.url("solo", "/v1/chat/completions"), any_env.chat_body())
-    crossed = loopback_bytes() - before
-    assert result.status == 200
-    assert result.body == expected
-    assert [c.upstream for c in any_env.provider.calls] == ["solo"]
+    crossings = []
+    for _ in range(3):  # other loopback traffic on the machine only adds bytes: the least is this answer's
+        any_env.provider.script("solo", Reply.sse(*frames))
+        before = loopback_bytes()
+        result = any_env.curl(any_env.provider.url("solo", "/v1/chat/completions"), any_env.chat_body())
+        crossings.append(loopback_bytes() - before)
+        assert result.status == 200
+        assert result.body == expected
+    crossed = min(crossings)
+    assert [c.upstream for c in any_env.provider.calls] == ["solo"] * 3
     if any_env.mitm is socket_mitm:
         assert crossed > 2.9 * len(expected)
     else:
