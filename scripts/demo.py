@@ -66,7 +66,8 @@ def answer_text(sse: str) -> str:
 
 
 def section(title: str) -> None:
-    print(f"\n\033[1m── {title} {'─' * max(0, 70 - len(title))}\033[0m")
+    bold, plain = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
+    print(f"\n{bold}── {title} {'─' * max(0, 70 - len(title))}{plain}")
 
 
 @contextmanager

@@ -35,8 +35,12 @@ def listener_lines(ca: str) -> list[str]:
         elif isinstance(mode, mode_specs.ReverseMode):
             target = f"{mode.scheme}://{mode.address[0]}" + (f":{mode.address[1]}" if mode.address[1] not in (80, 443)
                                                             else "")
-            lines += [f"  Reverse mode at {where} for {target}: give a client the base URL http://{where}",
-                      "    (+ /v1 for OpenAI-style clients); no CA needed."]
+            host = mode.address[0]
+            path = "/v1" if host.endswith("openai.com") else ""
+            hint = "no CA needed" if path or host.endswith(("anthropic.com", "googleapis.com")) \
+                else "+ /v1 for OpenAI-style clients; no CA needed"
+            lines += [f"  Reverse mode at {where} for {target}: give a client the base URL http://{where}{path}",
+                      f"    ({hint})."]
         else:
             lines += [f"  {mode.description} at {where}: clients there must trust mitmproxy's CA, {ca}"]
     return lines
@@ -56,7 +60,9 @@ async def announce() -> None:
         *listener_lines(ca),
         "  Next: a recipe for your client (openai, anthropic, google-genai, curl, llm, Codex, Claude Code,",
         "  Gemini CLI) is in docs/clients.md; scripts/try puts a provider that fails on purpose behind",
-        "  Switchyard, to see your client survive it; scripts/run --web shows what failed and why.",
+        "  Switchyard, to see your client survive it; " + ("mitmweb shows what failed and why."
+                                                          if ctx.master.addons.get("webaddon") is not None
+                                                          else "scripts/run --web shows what failed and why."),
     ]))
 
 

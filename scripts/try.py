@@ -111,7 +111,7 @@ def what_happens(kind: str, count: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="scripts/try", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--fail", default="sse_503:always", metavar="KIND[:COUNT]",
+    parser.add_argument("--fail", default="sse_503:always", metavar="KIND[:COUNT|always]",
                         help=f"how the primary fails (default sse_503:always); KIND one of {', '.join(FAILURES)}")
     parser.add_argument("--port", type=int, default=0,
                         help="Switchyard's reverse-mode listener, the base URL for your client (default: a free port)")

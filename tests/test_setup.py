@@ -83,7 +83,7 @@ def test_once_listening_run_says_where_the_ca_is_and_what_to_do_next(tmp_path: P
         assert f"Proxy mode at 127.0.0.1:{proxy}: give a client HTTPS_PROXY=http://127.0.0.1:{proxy}" in text
         assert f"mitmproxy's CA, {ca}" in text and "NODE_EXTRA_CA_CERTS" in text
         assert (f"Reverse mode at 127.0.0.1:{reverse} for https://api.openai.com: give a client the base URL "
-                f"http://127.0.0.1:{reverse}") in text
+                f"http://127.0.0.1:{reverse}/v1\n    (no CA needed).") in text
         assert "docs/clients.md" in text and "scripts/try" in text
         # it comes after mitmproxy's own listening lines
         assert text.index("Switchyard is ready.") > text.rindex("listening at")

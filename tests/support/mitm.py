@@ -41,10 +41,21 @@ def terminate_with_parent() -> None:
         pass
 
 
+_GIVEN: set[int] = set()  # ports this process has handed out
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port free now, and never one this process handed out before: the
+    kernel may give a just-closed port again, and two listeners of one mitmdump
+    asked for in a row would then collide."""
+    for _ in range(1000):  # bounded: the kernel picks from thousands
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
+    raise RuntimeError("no loopback port this process has not handed out already")
 
 
 _REFUSING: list[socket.socket] = []  # held for the whole session
