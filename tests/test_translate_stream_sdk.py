@@ -17,7 +17,7 @@ the client's API, and then:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from switchyard_core.apis.google_rpc import GRPC_HTTP
 from switchyard_core.sse import FrameSplitter
 from switchyard_core.translate.streams import stream_translator
 from tests.support import gemini_wire, wire
+from tests.support.xapi import Seen, read_gemini
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHAT, RESPONSES, ANTHROPIC, GEMINI = "openai-chat", "openai-responses", "anthropic-messages", "google-gemini"
@@ -133,16 +134,6 @@ def validate_frames(client: str, body: bytes) -> list[Any]:
     return events
 
 
-@dataclass
-class Seen:
-    """What the client SDK made of the stream."""
-
-    text: str = ""
-    calls: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)  # name, arguments, id
-    stop: str | None = None
-    usage: tuple[int, int] | None = None
-
-
 def _mock(body: bytes, content_type: str = "text/event-stream") -> httpx2.Client:
     def handler(request: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(200, headers={"content-type": content_type}, content=body)
@@ -193,21 +184,7 @@ def read_with_sdk(client: str, body: bytes) -> Seen:
         options = gtypes.HttpOptions(base_url="http://upstream.test", httpx_client=_mock(body))
         sdk_g = genai.Client(api_key="test-key", http_options=options)
         for chunk in sdk_g.models.generate_content_stream(model="gemini-2.5-flash", contents="hi"):
-            candidate = (chunk.candidates or [None])[0]
-            if candidate is None:
-                continue
-            for part in (candidate.content.parts if candidate.content else None) or []:
-                if part.function_call is not None:
-                    seen.calls.append((part.function_call.name or "", dict(part.function_call.args or {}),
-                                       part.function_call.id or ""))
-                elif part.text and not part.thought:
-                    seen.text += part.text
-            if candidate.finish_reason is not None:
-                seen.stop = candidate.finish_reason.value
-            meta = chunk.usage_metadata
-            if meta is not None and meta.total_token_count:
-                seen.usage = ((meta.prompt_token_count or 0),
-                              (meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0))
+            read_gemini(chunk, seen)
     return seen
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from .common import (arguments_text, bool_or_none, data_url, fit_id, float_or_none, int_or_none, option, parse_data_url,
-                     refuse_media, stop_list, text_of, unknown_options)
+from .common import (arguments_text, bool_or_none, data_url, fit_id, float_or_none, int_or_none, json_output_format, option,
+                     parse_data_url, refuse_media, stop_list, text_of, unknown_options)
 from .ir import (Media, Message, OutputFormat, Part, Request, Text, Tool, ToolCall, ToolChoice, ToolResult,
                  Untranslatable)
 
@@ -178,16 +178,7 @@ def _tool_choice(value: Any, left_out: list[str]) -> ToolChoice | None:
 
 
 def _output_format(value: Any) -> OutputFormat | None:
-    if not isinstance(value, dict):
-        return None
-    if value.get("type") == "json_object":
-        return OutputFormat()
-    spec = value.get("json_schema")
-    if value.get("type") == "json_schema" and isinstance(spec, dict):
-        schema = spec.get("schema")
-        return OutputFormat(schema if isinstance(schema, dict) else None, str(spec.get("name") or ""),
-                            spec.get("strict") if isinstance(spec.get("strict"), bool) else None)
-    return None
+    return json_output_format(value.get("type"), value.get("json_schema")) if isinstance(value, dict) else None
 
 
 

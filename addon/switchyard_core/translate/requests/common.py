@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlsplit
 
-from .ir import Media, Message, Part, Text, ToolCall, ToolResult, Untranslatable
+from .ir import Media, Message, OutputFormat, Part, Text, ToolCall, ToolResult, Untranslatable
 
 _DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)?(?:;[^,;]*?)*?;base64,(?P<data>.*)$", re.S)
 _OPTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$")
@@ -132,3 +132,16 @@ def stop_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, list):
         return tuple(s for s in value if isinstance(s, str))
     return ()
+
+
+def json_output_format(kind: Any, spec: Any) -> OutputFormat | None:
+    """OpenAI's structured output, as both its APIs say it: `json_object`, or
+    `json_schema` with the schema, its name and strictness in `spec` (Chat nests
+    them in `json_schema`, Responses puts them beside the type)."""
+    if kind == "json_object":
+        return OutputFormat()
+    if kind != "json_schema" or not isinstance(spec, dict):
+        return None
+    schema, strict = spec.get("schema"), spec.get("strict")
+    return OutputFormat(schema if isinstance(schema, dict) else None, str(spec.get("name") or ""),
+                        strict if isinstance(strict, bool) else None)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .chat import FREEFORM_SCHEMA, OPENAI_OPTIONS
-from .common import (arguments_object, arguments_text, bool_or_none, data_url, float_or_none, int_or_none, obj,
-                     option, parse_data_url, refuse_media, text_of, unknown_options)
+from .common import (arguments_object, arguments_text, bool_or_none, data_url, float_or_none, int_or_none, json_output_format,
+                     obj, option, parse_data_url, refuse_media, text_of, unknown_options)
 from .ir import (Media, Message, OutputFormat, Part, Request, Text, Tool, ToolCall, ToolChoice, ToolResult,
                  Untranslatable)
 
@@ -172,15 +172,7 @@ def _tool_choice(value: Any, left_out: list[str]) -> ToolChoice | None:
 
 
 def _output_format(value: Any) -> OutputFormat | None:
-    if not isinstance(value, dict):
-        return None
-    if value.get("type") == "json_object":
-        return OutputFormat()
-    if value.get("type") == "json_schema":
-        schema = value.get("schema")
-        return OutputFormat(schema if isinstance(schema, dict) else None, str(value.get("name") or ""),
-                            value.get("strict") if isinstance(value.get("strict"), bool) else None)
-    return None
+    return json_output_format(value.get("type"), value) if isinstance(value, dict) else None
 
 
 def encode(request: Request, *, model: str, stream: bool) -> tuple[dict[str, Any], list[str]]:
