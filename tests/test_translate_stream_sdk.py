@@ -37,7 +37,7 @@ from switchyard_core.apis.google_rpc import GRPC_HTTP
 from switchyard_core.sse import FrameSplitter
 from switchyard_core.translate.streams import stream_translator
 from tests.support import gemini_wire, wire
-from tests.support.xapi import Seen, read_gemini
+from tests.support.xapi import Seen, read_anthropic, read_chat, read_gemini, read_responses
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHAT, RESPONSES, ANTHROPIC, GEMINI = "openai-chat", "openai-responses", "anthropic-messages", "google-gemini"
@@ -152,34 +152,18 @@ def read_with_sdk(client: str, body: bytes) -> Seen:
                 final: Any = stream.get_final_completion()
             except openai.LengthFinishReasonError as cut:  # the SDK's word for a length stop
                 final = cut.completion
-        choice = final.choices[0]
-        seen.text = choice.message.content or ""
-        seen.calls = [(call.function.name, json.loads(call.function.arguments), call.id)
-                      for call in choice.message.tool_calls or [] if call.type == "function"]
-        seen.stop = choice.finish_reason
-        if final.usage is not None:
-            seen.usage = (final.usage.prompt_tokens, final.usage.completion_tokens)
+        read_chat(final, seen)
     elif client == RESPONSES:
         sdk = openai.OpenAI(api_key="sk-test", base_url="http://upstream.test/v1", http_client=_mock(body), max_retries=0)
         with sdk.responses.stream(model=MODEL, input="hi") as stream:
             response = stream.get_final_response()
-        seen.text = response.output_text
-        seen.calls = [(item.name, json.loads(item.arguments), item.call_id)
-                      for item in response.output if item.type == "function_call"]
-        seen.stop = response.status
-        if response.usage is not None:
-            seen.usage = (response.usage.input_tokens, response.usage.output_tokens)
+        read_responses(response, seen)
     elif client == ANTHROPIC:
         sdk_a = anthropic.Anthropic(api_key="sk-ant-test", base_url="http://upstream.test", http_client=_mock(body),
                                     max_retries=0)
         with sdk_a.messages.stream(model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
             message = stream.get_final_message()
-        seen.text = "".join(block.text for block in message.content if block.type == "text")
-        seen.calls = [(block.name, dict(block.input), block.id) for block in message.content if block.type == "tool_use"]
-        seen.stop = message.stop_reason
-        usage = message.usage
-        seen.usage = (usage.input_tokens + (usage.cache_read_input_tokens or 0)
-                      + (usage.cache_creation_input_tokens or 0), usage.output_tokens)
+        read_anthropic(message, seen)
     else:
         options = gtypes.HttpOptions(base_url="http://upstream.test", httpx_client=_mock(body))
         sdk_g = genai.Client(api_key="test-key", http_options=options)

@@ -159,25 +159,14 @@ def stream_with_sdk(client: str, base: str, *, tools: bool = False, prompt: str 
                 if event.type == "tool_calls.function.arguments.delta" and event.arguments_delta:
                     seen.argument_pieces += 1  # (not the call's header, whose arguments are "")
             final = stream.get_final_completion()
-        choice = final.choices[0]
-        seen.text = choice.message.content or ""
-        seen.calls = [(call.function.name, json.loads(call.function.arguments), call.id)
-                      for call in choice.message.tool_calls or [] if call.type == "function"]
-        seen.stop = choice.finish_reason
-        if final.usage is not None:
-            seen.usage = (final.usage.prompt_tokens, final.usage.completion_tokens)
+        read_chat(final, seen)
     elif client == RESPONSES:
         extra = {"tools": tools_for(RESPONSES)} if tools else {}
         with responses_sdk(base).responses.stream(model=CLIENT_MODELS[RESPONSES], input=prompt, **extra) as stream:
             for r_event in stream:
                 seen.argument_pieces += r_event.type == "response.function_call_arguments.delta"
             response = stream.get_final_response()
-        seen.text = response.output_text
-        seen.calls = [(item.name, json.loads(item.arguments), item.call_id)
-                      for item in response.output if item.type == "function_call"]
-        seen.stop = response.status
-        if response.usage is not None:
-            seen.usage = (response.usage.input_tokens, response.usage.output_tokens)
+        read_responses(response, seen)
     elif client == ANTHROPIC:
         extra = {"tools": tools_for(ANTHROPIC)} if tools else {}
         with anthropic_sdk(base).messages.stream(model=CLIENT_MODELS[ANTHROPIC], max_tokens=1024,
@@ -185,19 +174,44 @@ def stream_with_sdk(client: str, base: str, *, tools: bool = False, prompt: str 
             for a_event in stream:
                 seen.argument_pieces += a_event.type == "input_json" and a_event.partial_json != ""
             message = stream.get_final_message()
-        seen.text = "".join(block.text for block in message.content if block.type == "text")
-        seen.calls = [(block.name, dict(block.input), block.id) for block in message.content
-                      if block.type == "tool_use"]
-        seen.stop = message.stop_reason
-        usage = message.usage
-        seen.usage = (usage.input_tokens + (usage.cache_read_input_tokens or 0)
-                      + (usage.cache_creation_input_tokens or 0), usage.output_tokens)
+        read_anthropic(message, seen)
     else:
         config = gtypes.GenerateContentConfig(tools=tools_for(GEMINI)) if tools else None
         sdk = gemini_sdk(base)  # held: a client collected mid-stream closes its connection
         for chunk in sdk.models.generate_content_stream(model=CLIENT_MODELS[GEMINI], contents=prompt, config=config):
             read_gemini(chunk, seen)
     return seen
+
+
+def read_chat(final: Any, seen: Seen) -> None:
+    """A Chat Completions answer as the openai SDK accumulated it."""
+    choice = final.choices[0]
+    seen.text = choice.message.content or ""
+    seen.calls = [(call.function.name, json.loads(call.function.arguments), call.id)
+                  for call in choice.message.tool_calls or [] if call.type == "function"]
+    seen.stop = choice.finish_reason
+    if final.usage is not None:
+        seen.usage = (final.usage.prompt_tokens, final.usage.completion_tokens)
+
+
+def read_responses(response: Any, seen: Seen) -> None:
+    """A Responses answer as the openai SDK accumulated it."""
+    seen.text = response.output_text
+    seen.calls = [(item.name, json.loads(item.arguments), item.call_id)
+                  for item in response.output if item.type == "function_call"]
+    seen.stop = response.status
+    if response.usage is not None:
+        seen.usage = (response.usage.input_tokens, response.usage.output_tokens)
+
+
+def read_anthropic(message: Any, seen: Seen) -> None:
+    """A Messages answer as the anthropic SDK accumulated it; input tokens as OpenAI counts them."""
+    seen.text = "".join(block.text for block in message.content if block.type == "text")
+    seen.calls = [(block.name, dict(block.input), block.id) for block in message.content if block.type == "tool_use"]
+    seen.stop = message.stop_reason
+    usage = message.usage
+    seen.usage = (usage.input_tokens + (usage.cache_read_input_tokens or 0)
+                  + (usage.cache_creation_input_tokens or 0), usage.output_tokens)
 
 
 def read_gemini(chunk: gtypes.GenerateContentResponse, seen: Seen) -> None:
@@ -223,22 +237,10 @@ def ask_whole_with_sdk(client: str, base: str, *, tools: bool = False) -> Seen:
         extra: dict[str, Any] = {"tools": tools_for(CHAT)} if tools else {}
         completion = chat_sdk(base).chat.completions.create(
             model=CLIENT_MODELS[CHAT], messages=[{"role": "user", "content": PROMPT}], **extra)
-        choice = completion.choices[0]
-        seen.text = choice.message.content or ""
-        seen.calls = [(call.function.name, json.loads(call.function.arguments), call.id)
-                      for call in choice.message.tool_calls or [] if call.type == "function"]
-        seen.stop = choice.finish_reason
-        if completion.usage is not None:
-            seen.usage = (completion.usage.prompt_tokens, completion.usage.completion_tokens)
+        read_chat(completion, seen)
     elif client == RESPONSES:
         extra = {"tools": tools_for(RESPONSES)} if tools else {}
-        response = responses_sdk(base).responses.create(model=CLIENT_MODELS[RESPONSES], input=PROMPT, **extra)
-        seen.text = response.output_text
-        seen.calls = [(item.name, json.loads(item.arguments), item.call_id)
-                      for item in response.output if item.type == "function_call"]
-        seen.stop = response.status
-        if response.usage is not None:
-            seen.usage = (response.usage.input_tokens, response.usage.output_tokens)
+        read_responses(responses_sdk(base).responses.create(model=CLIENT_MODELS[RESPONSES], input=PROMPT, **extra), seen)
     elif client == ANTHROPIC:
         extra = {"tools": tools_for(ANTHROPIC)} if tools else {}
         message = anthropic_sdk(base).messages.create(model=CLIENT_MODELS[ANTHROPIC], max_tokens=1024,
