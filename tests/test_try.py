@@ -24,16 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_try_prints_the_base_url_for_your_client_and_the_log_as_it_comes(tmp_path: Path) -> None:
-    process = subprocess.Popen([str(ROOT / "scripts" / "try"), "--fail", "sse_503:always", "--web"], cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process, text = started("--fail", "sse_503:always", "--web", cwd=tmp_path)
     try:
         assert process.stdout is not None
-        printed: list[str] = []
-        while not any("Ctrl-C to stop" in line for line in printed):  # bounded by the reads' end below
-            line = process.stdout.readline()
-            assert line, "scripts/try ended early:\n" + "".join(printed)
-            printed.append(line)
-        text = "".join(printed)
         base = text.split("OpenAI-style clients", 1)[1].split("http://", 1)[1].split()[0]
         assert base.endswith("/primary/v1")
         anthropic_base = text.split("Anthropic-style clients", 1)[1].split("http://", 1)[1].split()[0]
@@ -94,14 +87,7 @@ def test_try_names_what_went_wrong_without_a_traceback(tmp_path: Path) -> None:
 def test_ctrl_c_stops_try_quietly(tmp_path: Path) -> None:
     """A terminal's Ctrl-C reaches the whole process group, mitmdump included: that is
     the way out, not a failure to report ("mitmdump exited (0)")."""
-    process = subprocess.Popen([str(ROOT / "scripts" / "try")], cwd=tmp_path, start_new_session=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert process.stdout is not None
-    printed: list[str] = []
-    while not any("switchyard.rules_loaded" in line for line in printed):  # bounded by the reads' end
-        line = process.stdout.readline()
-        assert line, "scripts/try ended early:\n" + "".join(printed)
-        printed.append(line)
+    process, printed = started(cwd=tmp_path, until="switchyard.rules_loaded", own_session=True)
     os.killpg(process.pid, signal.SIGINT)
     rest, _ = process.communicate(timeout=30)
     assert process.returncode == 0, rest
@@ -109,21 +95,14 @@ def test_ctrl_c_stops_try_quietly(tmp_path: Path) -> None:
 
 
 def test_try_says_so_and_fails_when_mitmdump_dies_under_it(tmp_path: Path) -> None:
-    process = subprocess.Popen([str(ROOT / "scripts" / "try")], cwd=tmp_path, start_new_session=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert process.stdout is not None
-    printed: list[str] = []
-    while not any("switchyard.rules_loaded" in line for line in printed):  # bounded by the reads' end
-        line = process.stdout.readline()
-        assert line, "scripts/try ended early:\n" + "".join(printed)
-        printed.append(line)
+    process, printed = started(cwd=tmp_path, until="switchyard.rules_loaded", own_session=True)
     children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
     mitmdump = [pid for pid in children if "mitm" in Path(f"/proc/{pid}/cmdline").read_text()]
     assert len(mitmdump) == 1, children
     os.kill(int(mitmdump[0]), signal.SIGKILL)
     rest, _ = process.communicate(timeout=30)
     assert process.returncode == 1, rest
-    log = "".join(printed).split("Log:", 1)[1].split()[0]
+    log = printed.split("Log:", 1)[1].split()[0]
     assert f"mitmdump exited (-9); its log: {log}" in rest
 
 
@@ -136,16 +115,8 @@ def test_codex_over_websocket_at_trys_base_url_gets_the_backups_answer(tmp_path:
     from tests.support.agents import agent_binary
 
     codex = agent_binary("codex")
-    process = subprocess.Popen([str(ROOT / "scripts" / "try"), "--fail", "response_failed:always"], cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process, text = started("--fail", "response_failed:always", cwd=tmp_path)
     try:
-        assert process.stdout is not None
-        printed: list[str] = []
-        while not any("Ctrl-C to stop" in line for line in printed):  # bounded by the reads' end below
-            line = process.stdout.readline()
-            assert line, "scripts/try ended early:\n" + "".join(printed)
-            printed.append(line)
-        text = "".join(printed)
         base = "http://" + text.split("OpenAI-style clients", 1)[1].split("http://", 1)[1].split()[0]
         log = Path(text.split("Log:", 1)[1].split()[0])
         home = tmp_path / "codex-home"
@@ -174,15 +145,9 @@ def test_the_agent_commands_trys_banner_prints_work_as_printed(tmp_path: Path) -
     from tests.support.agents import agent_binary
 
     agents = {"claude": agent_binary("claude"), "gemini": agent_binary("gemini")}
-    process = subprocess.Popen([str(ROOT / "scripts" / "try")], cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process, text = started(cwd=tmp_path)
     try:
-        assert process.stdout is not None
-        printed: list[str] = []
-        while not any("Ctrl-C to stop" in line for line in printed):  # bounded by the reads' end below
-            line = process.stdout.readline()
-            assert line, "scripts/try ended early:\n" + "".join(printed)
-            printed.append(line)
+        printed = text.splitlines()
         examples = [shlex.split(line.replace("e.g.", "")) for line in printed if "_BASE_URL=" in line]
         commands = {next(word for word in words if word in agents): words for words in examples
                     if any(word in agents for word in words)}
@@ -206,13 +171,15 @@ def test_the_agent_commands_trys_banner_prints_work_as_printed(tmp_path: Path) -
         process.wait(20)
 
 
-def started(*args: str, cwd: Path) -> tuple[subprocess.Popen[str], str]:
-    """`scripts/try` with `args`, and what it printed before the log (up to "Ctrl-C to stop")."""
+def started(*args: str, cwd: Path, until: str = "Ctrl-C to stop",
+            own_session: bool = False) -> tuple[subprocess.Popen[str], str]:
+    """`scripts/try` with `args`, and what it printed up to the line holding `until`
+    (by default: before the log). `own_session`: its own process group, as a terminal's."""
     process = subprocess.Popen([str(ROOT / "scripts" / "try"), *args], cwd=cwd, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+                               stderr=subprocess.STDOUT, text=True, start_new_session=own_session)
     assert process.stdout is not None
     printed: list[str] = []
-    while not any("Ctrl-C to stop" in line for line in printed):  # bounded by the reads' end
+    while not any(until in line for line in printed):  # bounded by the reads' end
         line = process.stdout.readline()
         if not line:
             process.wait(20)
