@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import sys
 import tempfile
 import threading
@@ -32,15 +31,14 @@ import urllib.request
 from pathlib import Path
 
 import aiohttp
-from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, Ping, Request, TextMessage
+from wsproto.events import Ping, TextMessage
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.support.fake_provider import FakeProvider  # noqa: E402
 from tests.support.mitm import Mitmdump, start_mitmdump  # noqa: E402
-from tests.support.ws_provider import PING, WsProvider, answer_turn, event  # noqa: E402
+from tests.support.ws_provider import PING, WsProvider, answer_turn, event, slow_client  # noqa: E402
 
 RULES = "version: 1\nroutes:\n  - name: ws\n    match: {path: /v1/responses}\n    upstreams: [{name: primary, url: original}]\n"
 BIG = 60 * 1024 * 1024
@@ -90,24 +88,9 @@ async def big_message(dump: Mitmdump, upstream: WsProvider) -> float:
     return time.monotonic() - began
 
 
-def connect(dump: Mitmdump, upstream: WsProvider) -> tuple[socket.socket, WSConnection]:
-    """A WebSocket client through the proxy with a small receive buffer: what it does not read, stays."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.settimeout(30)
-    sock.connect(("127.0.0.1", dump.proxy_port))
-    ws = WSConnection(ConnectionType.CLIENT)
-    sock.sendall(ws.send(Request(host=f"127.0.0.1:{upstream.port}", target=upstream.proxied_url)))
-    for _ in range(100):
-        ws.receive_data(sock.recv(65536))
-        if any(isinstance(e, AcceptConnection) for e in ws.events()):
-            return sock, ws
-    raise RuntimeError("no WebSocket handshake answer")
-
-
 def client_pings(dump: Mitmdump, upstream: WsProvider) -> float:
     """30,000 pings from a client that never reads; until the proxy stops taking them."""
-    sock, ws = connect(dump, upstream)
+    sock, ws = slow_client(dump.proxy_port, upstream)
     began = time.monotonic()
     try:
         for _ in range(PINGS):
@@ -123,7 +106,7 @@ def client_pings(dump: Mitmdump, upstream: WsProvider) -> float:
 async def upstream_pings(dump: Mitmdump, upstream: WsProvider) -> float:
     """The upstream sends 30,000 pings in a turn; the client reads nothing until they are sent."""
     upstream.script([answer_turn("resp_p")[0], *[PING] * PINGS, *answer_turn("resp_p")[1:]])
-    sock, ws = connect(dump, upstream)
+    sock, ws = slow_client(dump.proxy_port, upstream)
     sock.sendall(ws.send(TextMessage(data=json.dumps({"type": "response.create", "model": "m", "input": "x"}))))
     began = time.monotonic()
     for _ in range(1200):  # until the upstream is done or held (bounded: 60 s)

@@ -7,18 +7,16 @@ import base64
 import hashlib
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, Request, TextMessage
+from wsproto.events import TextMessage
 
 from tests.support.mitm import Mitmdump, start_mitmdump
-from tests.support.ws_provider import HOLD, WsProvider, answer_turn, event
+from tests.support.ws_provider import HOLD, WsProvider, answer_turn, event, slow_client
 from tests.test_load import memory_kib
 
 MESSAGES = 1500
@@ -43,21 +41,6 @@ def dump(tmp_path: Path) -> Iterator[Mitmdump]:
     proxy.stop()
 
 
-def connect(dump: Mitmdump, upstream: WsProvider) -> tuple[socket.socket, WSConnection]:
-    """A WebSocket client through the proxy, with a small receive buffer: what it does not read, stays."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.settimeout(30)
-    sock.connect(("127.0.0.1", int(dump.proxy_url.rsplit(":", 1)[1])))
-    ws = WSConnection(ConnectionType.CLIENT)
-    sock.sendall(ws.send(Request(host=f"127.0.0.1:{upstream.port}", target=upstream.proxied_url)))
-    for _ in range(100):
-        ws.receive_data(sock.recv(65536))
-        if any(isinstance(e, AcceptConnection) for e in ws.events()):
-            return sock, ws
-    raise AssertionError("no WebSocket handshake answer")
-
-
 def test_an_upstream_sending_fast_to_a_client_that_reads_nothing_is_held_back_in_bounded_memory(
         upstream: WsProvider, dump: Mitmdump) -> None:
     head, end = answer_turn("resp_big")[:5], answer_turn("resp_big")[-1]
@@ -65,7 +48,7 @@ def test_an_upstream_sending_fast_to_a_client_that_reads_nothing_is_held_back_in
                   delta=PIECE)
     upstream.script([*head, *[delta] * MESSAGES, end])
     before_mb = memory_kib(dump.process.pid, "VmRSS") / 1024
-    sock, ws = connect(dump, upstream)
+    sock, ws = slow_client(dump.proxy_port, upstream)
     sock.sendall(ws.send(TextMessage(data=json.dumps({"type": "response.create", "model": "m", "input": "x"}))))
     sent, unchanged = -1, 0
     for _ in range(200):  # bounded: until the upstream has been held back a while (or sent everything)
@@ -101,7 +84,7 @@ def test_a_client_sending_fast_while_its_turn_waits_on_the_upstream_is_held_back
     the one in progress: the client is read no further than a bound, and loses nothing."""
     upstream.script([answer_turn("resp_held")[0], HOLD, *answer_turn("resp_held")[1:]])
     before_mb = memory_kib(dump.process.pid, "VmRSS") / 1024
-    sock, ws = connect(dump, upstream)
+    sock, ws = slow_client(dump.proxy_port, upstream)
     sock.sendall(ws.send(TextMessage(data=json.dumps({"type": "response.create", "model": "m", "input": "x"}))))
     for _ in range(200):  # bounded: until the upstream holds (the turn is on)
         if upstream.creates:
@@ -168,7 +151,7 @@ def test_a_client_that_reads_nothing_for_longer_than_idle_timeout_s_still_gets_t
                   delta=PIECE)
     upstream.script([*head, *[delta] * count, end])
     try:
-        sock, ws = connect(dump, upstream)
+        sock, ws = slow_client(dump.proxy_port, upstream)
         sock.sendall(ws.send(TextMessage(data=json.dumps({"type": "response.create", "model": "m", "input": "x"}))))
         sent, unchanged = -1, 0
         for _ in range(200):  # bounded: until the upstream has been held back for over 2 s
@@ -214,7 +197,7 @@ def test_a_turn_answered_over_http_sse_to_a_client_that_reads_nothing_is_held_ba
     plain.script([*head, *[delta] * MESSAGES, end])
     try:
         before_mb = memory_kib(dump.process.pid, "VmRSS") / 1024
-        sock, ws = connect(dump, plain)
+        sock, ws = slow_client(dump.proxy_port, plain)
         sock.sendall(ws.send(TextMessage(data=json.dumps({"type": "response.create", "model": "m", "input": "x"}))))
         rss, unchanged = -1.0, 0
         for _ in range(200):  # bounded: until mitmdump's memory stops growing a while

@@ -17,12 +17,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import socket
 import ssl
 import threading
 from collections import deque
 from dataclasses import dataclass
 
 from aiohttp import WSMsgType, web
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, Request
 
 from tests.support.mitm import free_port
 
@@ -282,3 +285,19 @@ class WsProvider:
         with self._lock:
             self.ended += 1
         return ws
+
+
+def slow_client(proxy_port: int, upstream: WsProvider) -> tuple[socket.socket, WSConnection]:
+    """A WebSocket client to `upstream` through the proxy at `proxy_port`, with a small
+    receive buffer: what it does not read, stays (in the proxy, if the proxy lets it)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", proxy_port))
+    ws = WSConnection(ConnectionType.CLIENT)
+    sock.sendall(ws.send(Request(host=f"127.0.0.1:{upstream.port}", target=upstream.proxied_url)))
+    for _ in range(100):  # bounded: the handshake's answer is one or two reads
+        ws.receive_data(sock.recv(65536))
+        if any(isinstance(e, AcceptConnection) for e in ws.events()):
+            return sock, ws
+    raise AssertionError("no WebSocket handshake answer")
