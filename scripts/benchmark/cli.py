@@ -17,6 +17,7 @@ from typing import Any
 from benchmark.cells import Bench
 from benchmark.constants import PATHS, Proxies
 from benchmark.frames import STAGING_HOLD_MAX_S
+from benchmark import frames
 from benchmark.outages import OutageUpstreams, outage_report
 from benchmark.printout import footer, header, tables
 from benchmark.processes import ENTRY, Child, raise_nofile_limit, start_proxy, start_upstream, write_rules
@@ -41,6 +42,9 @@ def parse_args(argv: list[str], description: str = "") -> argparse.Namespace:
                              "of 50 streams lasts about half a second, too short to read CPU time to within a few "
                              "percent (default 4, with --quick 1)")
     parser.add_argument("--tokens", type=int, default=200, help="content frames per answer")
+    parser.add_argument("--prompt-kb", type=int, default=0, metavar="KIB",
+                        help="pad each request to about this many KiB, as an agent's turn carries its whole "
+                             "conversation (default 0: a short chat request)")
     parser.add_argument("--gap-ms", type=float, default=2.0, help="pause before each content frame, like a model between tokens")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 20, 50], help="concurrency levels (default: 1 20 50)")
     parser.add_argument("--burst", type=int, nargs="*", default=[20, 50], metavar="C",
@@ -106,6 +110,8 @@ def parse_args(argv: list[str], description: str = "") -> argparse.Namespace:
         parser.error("--concurrency, --streams, --fallback-streams, --rounds and --tokens must be at least 1")
     if args.gap_ms < 0:
         parser.error("--gap-ms must not be negative")
+    if args.prompt_kb < 0:
+        parser.error("--prompt-kb must not be negative")
     return args
 
 
@@ -156,6 +162,7 @@ def main(argv: list[str], description: str = "") -> int:
         asyncio.run(serve(args.tokens, args.gap_ms / 1000, args.max_lifetime))
         return 0
     signal.signal(signal.SIGTERM, _on_term)
+    frames.use_prompt_kb(args.prompt_kb)
     started = time.monotonic()
 
     def progress(text: str) -> None:

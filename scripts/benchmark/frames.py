@@ -13,17 +13,35 @@ from tests.support.ws_provider import event
 
 CLIENT_KEY = "sk-bench-client-key"
 BACKUP_KEY = "sk-bench-backup-key"
-REQUEST_BODY = json.dumps(
-    {
-        "model": "gpt-4o",
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "messages": [
-            {"role": "system", "content": "You are a helpful assistant."},
-            {"role": "user", "content": "Write a short paragraph about railway switchyards."},
-        ],
-    }
-).encode()
+
+
+def request_body(prompt_kb: int = 0) -> bytes:
+    """The client's request; `prompt_kb` pads its system prompt to about that many KiB,
+    as an agent's request carries its whole conversation and tool list every turn."""
+    system = "You are a helpful assistant."
+    if prompt_kb > 0:
+        system += " Context:" + " lorem ipsum" * (prompt_kb * 1024 // 12)
+    return json.dumps(
+        {
+            "model": "gpt-4o",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": "Write a short paragraph about railway switchyards."},
+            ],
+        }
+    ).encode()
+
+
+REQUEST_BODY = request_body()  # the client's request (`use_prompt_kb` may pad it)
+
+
+def use_prompt_kb(prompt_kb: int) -> None:
+    """Every client of this run sends a request padded to `prompt_kb` KiB (--prompt-kb)."""
+    global REQUEST_BODY
+    REQUEST_BODY = request_body(prompt_kb)
+
 REQUEST_HEADERS = {
     "Content-Type": "application/json",
     "Accept": "text/event-stream",

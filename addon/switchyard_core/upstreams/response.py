@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import re
-from typing import Protocol
+from typing import NamedTuple, Protocol, cast
 
 import httptools
 from mitmproxy import http
@@ -31,6 +32,21 @@ from .messages import ConnectionBroke
 HEAD_LIMIT = 64 * 1024
 HEADER_COUNT_LIMIT = 256
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: what a header name may be
+
+
+@functools.lru_cache(maxsize=32)
+def _request_of(method: str) -> http.Request:
+    """A request as mitmproxy's framing rules read it: only its method counts.  One
+    per method: building a `Request` runs its field checks, measurable per answer."""
+    return http.Request("", 0, method.encode(), b"", b"", b"", b"HTTP/1.1", http.Headers(), None, None, 0.0, None)
+
+
+class _FramingHead(NamedTuple):
+    """What `http1.expected_http_body_size` reads of a response: its status and
+    headers (a full `Response` runs field checks that cost more than the decision)."""
+
+    status_code: int
+    headers: http.Headers
 
 
 class Carrier(Protocol):
@@ -89,9 +105,7 @@ class ResponseReader:
         self.parser.set_dangerous_leniencies(lenient_optional_cr_before_lf=True, lenient_spaces_after_chunk_size=True,
                                              lenient_headers=True)
         self.method = method
-        # the request as mitmproxy's framing rules read it: only its method counts
-        self.request = http.Request("", 0, method.encode(), b"", b"", b"", b"HTTP/1.1", http.Headers(), None, None,
-                                    0.0, None)
+        self.request = _request_of(method)  # as mitmproxy's framing rules read it
         self.head: asyncio.Future[UpstreamAnswer] = asyncio.get_running_loop().create_future()
         self.headers: list[tuple[bytes, bytes]] = []
         self.pieces: list[bytes] = []  # body bytes of the read being parsed
@@ -135,8 +149,7 @@ class ResponseReader:
             (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")) for name, value in fields))
         # how the body is framed and whether the connection lives on, decided as mitmproxy
         # decides them (llhttp only reads the bytes)
-        head = http.Response(b"HTTP/" + self.parser.get_http_version().encode(), status, b"", http.Headers(fields),
-                             None, None, 0.0, None)
+        framing = _FramingHead(status, http.Headers(fields))
         transfer = headers.get("transfer-encoding", "")
         try:
             coding: str | None = validate.parse_transfer_encoding(transfer) if transfer else "identity"
@@ -148,12 +161,12 @@ class ResponseReader:
                        "which Switchyard cannot read")
             return
         try:
-            size = http1.expected_http_body_size(self.request, head)
+            size = http1.expected_http_body_size(self.request, cast(http.Response, framing))
         except ValueError:
             self.broke("malformed HTTP response")
             return
         self.until_close = size == -1
-        self.keep_alive = not http1.connection_close(head.http_version, head.headers)
+        self.keep_alive = not http1.connection_close("HTTP/" + self.parser.get_http_version(), framing.headers)
         try:
             self.decoder = decoder_for(headers.get("content-encoding", ""))
         except UnsupportedCoding as exc:
