@@ -62,9 +62,6 @@ class FlowView:
 
     address: FlowAddress
     shown_url: str | None = None  # the URL the flow was last restored to
-    # the request's header lines and body as the client sent them, where the relay was
-    # sent the request without its body (the ticket holds it): put back when shown
-    withheld: tuple[tuple[tuple[bytes, bytes], ...], bytes] | None = None
 
 
 def restore(flow: http.HTTPFlow, exchange: Exchange, view: FlowView) -> None:
@@ -88,11 +85,6 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange, view: Flow
     if view.shown_url == answered:
         return  # already shown (responseheaders, then response)
     view.shown_url = answered
-    if view.withheld is not None:
-        fields, body = view.withheld
-        request.headers = Headers(fields)
-        request.data.content = body
-        view.withheld = None
     request.headers.pop(TOKEN_HEADER, None)
     before = view.address
     request.data.method = before.method  # the relay was asked with POST or HEAD

@@ -260,15 +260,6 @@ class Router:
         data.path = b"/"
         if not websocket:
             data.method = b"HEAD" if data.method.upper() == b"HEAD" else b"POST"
-        body_sent = request.raw_content
-        if body_sent and not websocket:
-            # the relay reads only the token, and the ticket holds the body: it need not
-            # cross the loopback again (an agent's every turn carries its whole
-            # conversation).  The flow shows it again once answered (`restore`)
-            display.withheld = (request.headers.fields, body_sent)
-            request.data.content = b""
-            request.headers.pop("transfer-encoding", None)
-            request.headers["content-length"] = "0"
         request.headers[TOKEN_HEADER] = ticket.token
         if server.via is not None or server.transport_protocol != "tcp":
             flow.server_conn = connection.Server(address=("127.0.0.1", relay.port))
