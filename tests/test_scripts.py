@@ -97,10 +97,11 @@ def test_the_benchmark_runs_every_path_and_every_stream_arrives_whole(tmp_path: 
     this script, so it must keep working; it checks every stream's bytes itself."""
     raw = tmp_path / "bench.json"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--concurrency", "1", "4",
-                           "--burst", "4", "--staging-streams", "40", "--translated", "--json", str(raw)],
+                           "--burst", "4", "--staging-streams", "40", "--translated", "--prompt-kb", "64", "--json", str(raw)],
                           capture_output=True, timeout=240)
     assert done.returncode == 0, done.stdout.decode()[-3000:] + done.stderr.decode()[-3000:]
     summary = json.loads(raw.read_text())["summary"]
+    assert json.loads(raw.read_text())["config"]["prompt_kb"] == 64  # every request the size of an agent's turn
     for kind in ("happy", "fallback"):
         for c in (1, 4):
             for path in ("direct", "plain", "switchyard"):
