@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-
 from switchyard_core.attempts.deadlines import Deadlines, effort_over
 from switchyard_core.rules import AttemptSettings
 
@@ -16,8 +14,8 @@ SETTINGS = AttemptSettings()  # connect 10, headers 30, first output off, reques
 def test_a_stream_waits_for_its_head_then_for_its_first_output_from_its_start_and_never_for_its_whole_length() -> None:
     d = Deadlines.of(SETTINGS, streams=True, started=100.0)
     assert (d.connect, d.head, d.head_waits_for) == (10.0, 30.0, "response headers")
-    assert (d.quiet_staged, d.quiet_after_output, d.first_output_by) == (600.0, 60.0, None)
-    assert d.staged_wait(now=150.0) == 550.0  # from the start: a comment meanwhile moves nothing
+    assert (d.quiet_staged, d.quiet_after_output, d.first_output) == (600.0, 60.0, None)
+    assert d.staged_by == 700.0  # from the start: a comment meanwhile moves nothing
     assert d.no_head().message == "no response headers within 30s"
     assert d.silent_while_staged(now=800.0).message == "no output within 600s"
     assert d.stalled_message() == "upstream sent nothing for 60s after output"
@@ -25,13 +23,11 @@ def test_a_stream_waits_for_its_head_then_for_its_first_output_from_its_start_an
 
 def test_a_first_output_bound_sooner_than_the_head_bound_is_what_the_head_waits_for() -> None:
     d = Deadlines.of(replace(SETTINGS, first_output_timeout_s=5.0), streams=True, started=100.0)
-    assert (d.head, d.head_waits_for, d.first_output_by) == (5.0, "output", 105.0)
+    assert (d.head, d.head_waits_for, d.first_output) == (5.0, "output", 5.0)
     assert d.headers == 30.0  # what a continuation, which continues output, waits for its head
     assert d.stalled_message(after_output=False) == "upstream sent nothing for 60s"
     assert d.no_head().message == "no output within 5s"
-    # staged: silence is bounded by what is left until output is due
-    assert d.staged_wait(now=103.0) == pytest.approx(2.0)
-    assert d.staged_wait(now=110.0) == 0.0
+    assert d.staged_by == 105.0  # staged: output is due by the sooner bound, from the start
     assert d.silent_while_staged(now=105.0).message == "no output within 5s"  # the sooner bound
 
 
@@ -46,7 +42,7 @@ def test_zero_is_no_bound() -> None:
     off = replace(SETTINGS, connect_timeout_s=0, headers_timeout_s=0, request_timeout_s=0, idle_timeout_s=0)
     d = Deadlines.of(off, streams=True, started=0.0)
     assert (d.connect, d.head, d.quiet_staged, d.quiet_after_output, d.whole_by) == (None, None, None, None, None)
-    assert d.staged_wait(now=1e9) is None
+    assert d.staged_by is None
     assert d.no_head().message == "no response headers within the time limit"
 
 
@@ -69,8 +65,6 @@ def test_a_continuations_first_character_is_due_from_its_start_and_never_past_re
     settings = replace(SETTINGS, request_timeout_s=20.0, first_output_timeout_s=1.0)
     d = Deadlines.of(settings, streams=True, started=105.0)
     assert d.continued_by(cut_at=100.0) == 106.0  # first_output_timeout_s from its start
-    assert d.continuation_wait(100.0, now=105.5, head=False) == pytest.approx(0.5)
-    assert d.continuation_wait(100.0, now=105.5, head=True) == pytest.approx(0.5)  # its head waits no longer
     assert d.no_continued_text(cut_at=100.0) == "no continued text within 1s"
     late = Deadlines.of(settings, streams=True, started=119.5)
     assert late.continued_by(cut_at=100.0) == 120.0  # the effort's bound comes first

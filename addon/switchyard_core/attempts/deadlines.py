@@ -79,11 +79,6 @@ class Deadlines:
         return self.started + self.whole if self.whole is not None else None
 
     @property
-    def first_output_by(self) -> float | None:
-        """When a stream's first output must have come (monotonic), if ever."""
-        return self.started + self.first_output if self.first_output is not None else None
-
-    @property
     def staged_by(self) -> float | None:
         """When a staged stream's first output must have come (monotonic), if ever: its
         `request_timeout_s` and `first_output_timeout_s`, both from the attempt's start.
@@ -92,11 +87,6 @@ class Deadlines:
         bounds = [b for b in (self.quiet_staged, self.first_output) if b is not None]
         return self.started + min(bounds) if bounds else None
 
-    def staged_wait(self, now: float) -> float | None:
-        """How long a staged stream may still wait from `now` for its first output."""
-        due = self.staged_by
-        return None if due is None else max(0.0, due - now)
-
     def continued_by(self, cut_at: float) -> float | None:
         """When a continuation's first continued character is due (monotonic), if ever:
         its `staged_by`, and never later than `request_timeout_s` after the cut
@@ -104,15 +94,6 @@ class Deadlines:
         effort together.  Comments, role chunks and empty deltas never move it."""
         dues = [due for due in (self.staged_by, self._effort_by(cut_at)) if due is not None]
         return min(dues) if dues else None
-
-    def continuation_wait(self, cut_at: float, now: float, *, head: bool) -> float | None:
-        """How long a continuation may still wait from `now` for its head (`head`: also
-        within `headers_timeout_s` of its start) or its first continued character."""
-        dues = [self.continued_by(cut_at)]
-        if head and self.headers is not None:
-            dues.append(self.started + self.headers)
-        known = [due for due in dues if due is not None]
-        return max(0.0, min(known) - now) if known else None
 
     def _effort_by(self, cut_at: float) -> float | None:
         return cut_at + self.quiet_staged if self.quiet_staged is not None else None
