@@ -15,7 +15,7 @@ import aiohttp
 
 from benchmark.clients import Read, Sample, new_session, read_cut_stream, read_stream
 from benchmark.constants import PATHS, Proxies
-from benchmark.frames import answer_frames
+from benchmark.frames import answer_frames, request_body
 from benchmark.procstats import cpu_seconds, kernel_cpu_seconds, machine_busy_s, ours_cpu_s, rss_kb, wakeups
 
 BURST_PAUSE_S = 0.05  # between one burst's end and the next one's start: the proxy settles first
@@ -37,6 +37,7 @@ class Bench:
         self.all_pids = [upstream_pid] + [pid for pid, _ in proxies.values() if pid]
         self.expected_len = {name: len(b"".join(answer_frames(name, args.tokens))) for name in ("ok", "backup")}
         self.sessions: dict[str, aiohttp.ClientSession] = {}
+        self.request = request_body(args.prompt_kb)  # what every client of the run sends (--prompt-kb)
         self.stream_timeout = 30 + args.tokens * args.gap_ms / 1000 * 20
         self.cells: list[dict[str, Any]] = []
         self.rss_peak_kb: dict[tuple[str, int], int] = {}
@@ -74,7 +75,7 @@ class Bench:
         """One normal answer; `t0`, the moment its burst started (else now)."""
         _, proxy = self.proxies[path]
         t0 = time.perf_counter() if t0 is None else t0
-        read = await read_stream(self.sessions[path], self.ok_url, proxy, t0)
+        read = await read_stream(self.sessions[path], self.ok_url, proxy, t0, self.request)
         error = self._check(read, "ok")
         if error is None and path == "switchyard" and read.header_upstream != "primary":
             error = f"not relayed by Switchyard (x-switchyard-upstream {read.header_upstream!r})"
@@ -85,17 +86,17 @@ class Bench:
         session = self.sessions[path]
         t0 = time.perf_counter()
         if path == "switchyard":  # the proxy falls back by itself
-            read = await read_stream(session, self.fail_url, proxy, t0)
+            read = await read_stream(session, self.fail_url, proxy, t0, self.request)
             error = self._check(read, "backup")
             if error is None and read.header_upstream != "backup":
                 error = f"x-switchyard-upstream {read.header_upstream!r}"
             return Sample(error is None, read.ttfb, read.ttft, read.ttlb, read.upstream, error=error)
         # without Switchyard the client must notice the error frame and ask the backup itself
-        first = await read_stream(session, self.fail_url, proxy, t0)
+        first = await read_stream(session, self.fail_url, proxy, t0, self.request)
         if first.tte is None:
             return Sample(False, error=f"failing upstream gave no error frame (status {first.status})")
         t1 = time.perf_counter()
-        read = await read_stream(session, self.backup_url, proxy, t1)
+        read = await read_stream(session, self.backup_url, proxy, t1, self.request)
         error = self._check(read, "backup")
         offset = t1 - t0
         return Sample(
@@ -113,7 +114,7 @@ class Bench:
         """Switchyard only: the primary fails before output and the backup speaks Anthropic
         Messages, its answer translated into the client's Chat Completions."""
         _, proxy = self.proxies[path]
-        read = await read_stream(self.sessions[path], self.xfail_url, proxy, time.perf_counter())
+        read = await read_stream(self.sessions[path], self.xfail_url, proxy, time.perf_counter(), self.request)
         error = None
         if read.status != 200:
             error = f"status {read.status}"
@@ -128,7 +129,7 @@ class Bench:
     async def cont(self, path: str) -> Sample:
         """Switchyard only: a stream cut after output, finished by the prefill backup."""
         _, proxy = self.proxies[path]
-        read = await read_cut_stream(self.sessions[path], self.cut_url, proxy)
+        read = await read_cut_stream(self.sessions[path], self.cut_url, proxy, self.request)
         want = self.args.tokens  # the cut answer's CUT_AFTER frames, then the prefill backup's rest
         error = None
         if read.status != 200:

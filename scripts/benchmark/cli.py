@@ -17,7 +17,6 @@ from typing import Any
 from benchmark.cells import Bench
 from benchmark.constants import PATHS, Proxies
 from benchmark.frames import STAGING_HOLD_MAX_S
-from benchmark import frames
 from benchmark.outages import OutageUpstreams, outage_report
 from benchmark.printout import footer, header, tables
 from benchmark.processes import ENTRY, Child, raise_nofile_limit, start_proxy, start_upstream, write_rules
@@ -162,7 +161,6 @@ def main(argv: list[str], description: str = "") -> int:
         asyncio.run(serve(args.tokens, args.gap_ms / 1000, args.max_lifetime))
         return 0
     signal.signal(signal.SIGTERM, _on_term)
-    frames.use_prompt_kb(args.prompt_kb)
     started = time.monotonic()
 
     def progress(text: str) -> None:

@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass
 import aiohttp
 
-from benchmark import frames
 from benchmark.frames import CONTENT_MARK, CUT_AFTER, DONE, ERROR_MARK, ID_MARK, REQUEST_HEADERS
 
 _SSE_COMMENT = re.compile(rb"(?m)^:[^\n]*\n\n?")
@@ -75,10 +74,10 @@ def new_session(timeout: aiohttp.ClientTimeout, limit: int) -> aiohttp.ClientSes
     return aiohttp.ClientSession(trust_env=False, connector=connector, timeout=timeout, auto_decompress=False)
 
 
-async def read_stream(session: aiohttp.ClientSession, url: str, proxy: str | None, t0: float) -> Read:
-    """POST, read the SSE body to the end, note when things arrived (relative to t0)."""
+async def read_stream(session: aiohttp.ClientSession, url: str, proxy: str | None, t0: float, request: bytes) -> Read:
+    """POST `request`, read the SSE body to the end, note when things arrived (relative to t0)."""
     perf = time.perf_counter
-    async with session.post(url, data=frames.REQUEST_BODY, headers=REQUEST_HEADERS, proxy=proxy) as resp:
+    async with session.post(url, data=request, headers=REQUEST_HEADERS, proxy=proxy) as resp:
         ttfb = ttft = tte = None
         head = b""
         upstream = None
@@ -106,10 +105,10 @@ async def read_stream(session: aiohttp.ClientSession, url: str, proxy: str | Non
                     resp.headers.get("x-switchyard-upstream"), resp.headers.get("x-switchyard-attempts"))
 
 
-async def read_cut_stream(session: aiohttp.ClientSession, url: str, proxy: str | None) -> CutRead:
+async def read_cut_stream(session: aiohttp.ClientSession, url: str, proxy: str | None, request: bytes) -> CutRead:
     """POST to the /cut/ path and read the answer, continued or not, to the end."""
     perf = time.perf_counter
-    async with session.post(url, data=frames.REQUEST_BODY, headers=REQUEST_HEADERS, proxy=proxy) as resp:
+    async with session.post(url, data=request, headers=REQUEST_HEADERS, proxy=proxy) as resp:
         body = bytearray()
         at_cut = gap = None
         async for chunk in resp.content.iter_any():

@@ -34,13 +34,7 @@ def request_body(prompt_kb: int = 0) -> bytes:
     ).encode()
 
 
-REQUEST_BODY = request_body()  # the client's request (`use_prompt_kb` may pad it)
-
-
-def use_prompt_kb(prompt_kb: int) -> None:
-    """Every client of this run sends a request padded to `prompt_kb` KiB (--prompt-kb)."""
-    global REQUEST_BODY
-    REQUEST_BODY = request_body(prompt_kb)
+REQUEST_BODY = request_body()  # unpadded: what the staging phase's requests are built on
 
 REQUEST_HEADERS = {
     "Content-Type": "application/json",

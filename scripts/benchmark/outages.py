@@ -190,7 +190,7 @@ def _url(name: str) -> str:
 async def _one(bench: Bench, path: str, url: str) -> dict[str, Any]:
     """One request to the end; its first content (s) and what was wrong with it, if anything."""
     _, proxy = bench.proxies[path]
-    read = await read_stream(bench.sessions[path], url, proxy, time.perf_counter())
+    read = await read_stream(bench.sessions[path], url, proxy, time.perf_counter(), bench.request)
     error = None
     if read.status != 200:
         error = f"status {read.status}"
