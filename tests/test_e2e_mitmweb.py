@@ -158,3 +158,42 @@ async def test_a_websocket_turn_posted_over_http_shows_that_post_as_its_attempt(
     headers = {name.lower(): value for name, value in attempt["request"]["headers"]}
     assert headers["content-length"] == str(len(sent)) and headers["content-type"] == "application/json"
     assert attempt["comment"].endswith("; attempt 1 (live-ws: primary)")
+
+
+def web_command(web_url: str, name: str) -> str:
+    base, _, token = web_url.partition("/?token=")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    xsrf = "0123456789abcdef0123456789abcdef"  # mitmweb wants its XSRF cookie echoed on a POST
+    request = urllib.request.Request(f"{base}/commands/{name}", method="POST", data=b'{"arguments": []}',
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                                              "X-XSRFToken": xsrf, "Cookie": f"_mitmproxy_xsrf={xsrf}"})
+    with opener.open(request, timeout=10) as answer:
+        return json.loads(answer.read())["value"]
+
+
+def test_an_answer_that_skips_mitmproxy_on_its_way_to_the_client_is_still_shown_whole(tmp_path: Path) -> None:
+    """A plain HTTP/1.1 client's streamed answer goes from the relay straight to the
+    client once mitmproxy has sent the head (relay/direct_line.py): the client gets the
+    upstream's bytes, paced as they came, and mitmweb shows the flow's whole body."""
+    provider = FakeProvider().start()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(bed_rules(provider.ports[0], provider.ports[1]))
+    web = start_mitmweb(rules, tmp_path / "mitmweb.log", f"http://127.0.0.1:{provider.ports[0]}")
+    frames = wire.chat_stream("".join(f"word{i} " for i in range(40)))
+    provider.script("primary", Reply.sse(frames[0], *[piece for frame in frames[1:] for piece in (0.005, frame)]))
+    try:
+        body = json.dumps({"model": "gpt-4o", "stream": True, "messages": []})
+        out = subprocess.run(["curl", "-sS", "-N", "--http1.1", "--max-time", "20", "-H",
+                              "Content-Type: application/json", "-d", body,
+                              f"{web.reverse_url}/primary/v1/chat/completions"], capture_output=True, timeout=30).stdout
+        deadline = time.monotonic() + 10
+        while not (shown := flows(web.web_url)) and time.monotonic() < deadline:  # bounded
+            time.sleep(0.05)
+        status = web_command(web.web_url, "switchyard.status")
+        content = flow_content(web.web_url, shown[0]["id"], "response")
+    finally:
+        web.stop()
+        provider.stop()
+    assert out == b"".join(frames)
+    assert content == out
+    assert "answers=1 (in-process=1, straight to the client=1)" in status

@@ -22,6 +22,7 @@ import pytest
 
 from switchyard_core.relay import TOKEN_HEADER, Relay, connection as relay_connection
 from switchyard_core.exchange import OriginalRequest
+from switchyard_core.relay.direct_line import ClientEnd
 from switchyard_core.relay.ticket import Ticket
 from switchyard_core.upstreams.client import UpstreamClient
 from switchyard_core.rules.loader import AttemptSettings, Route, Upstream
@@ -318,6 +319,59 @@ async def test_an_answer_goes_in_process_to_the_reader_of_its_own_connection(rel
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     assert dechunk(body) == content("hi") + DONE
+
+
+async def test_once_mitmproxy_has_read_all_it_was_fed_the_body_goes_straight_to_the_client(relay: Relay) -> None:
+    """Given a way to the client (the Router gives one once mitmproxy has sent the
+    head), chunks go there only while mitmproxy's reader holds nothing unread: the
+    head and the first chunk, not yet read, reach the reader; the chunks after it
+    go to the client's transport framed as mitmproxy frames them, each shown in the
+    display copy and told to mitmproxy's inactivity watchdog; the end goes to the
+    reader, for mitmproxy to end the flow with."""
+    go_on = asyncio.Event()
+
+    async def upstream(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(chunked_head([("Content-Type", "text/event-stream")]), chunk(content("a")))
+        async with asyncio.timeout(WAIT_S):
+            await go_on.wait()
+        await peer.send(chunk(content("b")), chunk(content("c")), chunk(DONE), LAST_CHUNK)
+
+    got = bytearray()
+
+    class Client(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            got.extend(data)
+
+    shown: list[bytes] = []
+    activity: list[None] = []
+    loop = asyncio.get_running_loop()
+    client_server = await loop.create_server(Client, "127.0.0.1", 0)
+    client_transport, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1",
+                                                       client_server.sockets[0].getsockname()[1])
+    try:
+        async with Server(upstream) as up:
+            ticket = register(relay, up)
+            reader, writer = await open_streams(relay)
+            ticket.mitmproxy_streams = lambda: (reader, writer)
+            ticket.client_end = lambda: ClientEnd(client_transport, lambda: activity.append(None), shown.append)
+            send_request(writer, ticket.token)
+            async with asyncio.timeout(WAIT_S):
+                early = await reader.readuntil(b'"a"}}]}\n\n\r\n')  # the head and the first chunk
+            go_on.set()
+            rest = await read_until_closed(reader)  # the end comes after everything before it
+            writer.close()
+            async with asyncio.timeout(WAIT_S):
+                while not got.endswith(DONE + b"\r\n"):  # the last chunk, whole
+                    await asyncio.sleep(0.01)
+    finally:
+        client_transport.close()
+        client_server.close()
+    assert relay.direct_answers == 1 and relay.client_answers == 1
+    assert early.startswith(b"HTTP/1.1 200") and early.endswith(chunk(content("a")))
+    assert dechunk(bytes(got) + LAST_CHUNK) == content("b") + content("c") + DONE  # in one chunk per upstream read
+    assert b"".join(shown) == content("b") + content("c") + DONE and len(activity) == len(shown)
+    assert rest == LAST_CHUNK
 
 
 async def test_an_answer_never_goes_to_the_reader_of_another_connection(relay: Relay) -> None:

@@ -3,14 +3,15 @@
 Most listeners give a flow the name the client asked for.  A transparent, local,
 WireGuard or TUN listener knows only the destination's IP address: the name the
 client meant is in its `Host` header (or else its TLS handshake's SNI), and the
-address is where that name is reached.
+address is where that name is reached.  And a flow's listener may send it through
+an upstream proxy (`upstream_proxy_of`), which its attempts go through too.
 """
 
 from __future__ import annotations
 
 import ipaddress
 
-from mitmproxy import http
+from mitmproxy import connection, http
 
 ADDRESS_ONLY_MODES = frozenset({"transparent", "local", "wireguard", "tun"})
 
@@ -39,3 +40,13 @@ def named_url(request: http.Request, name: str) -> str:
     default = 443 if request.scheme == "https" else 80
     netloc = name if request.port == default else f"{name}:{request.port}"
     return f"{request.scheme}://{netloc}{request.path}"
+
+
+def upstream_proxy_of(server: connection.Server) -> str | None:
+    """The upstream proxy mitmproxy would send this flow through: its listener's
+    upstream mode (each `--mode` is its own listener; regular and reverse ones have none)."""
+    if server.via is None:
+        return None
+    scheme, (host, port) = server.via
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}:{port}"

@@ -31,13 +31,15 @@ from .attempt_flows import DISPLAY_LIMIT, shows_a_flow, what
 class DisplayCopy:
     """A stream callback that passes bytes through and keeps a bounded copy."""
 
-    __slots__ = ("chunks", "size")
+    __slots__ = ("chunks", "size", "called")
 
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
         self.size = 0
+        self.called = False  # mitmproxy streams the body through it: it has sent the head
 
     def __call__(self, data: bytes) -> bytes:
+        self.called = True
         if self.size < DISPLAY_LIMIT:
             self.chunks.append(data)
             self.size += len(data)

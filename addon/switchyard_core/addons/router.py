@@ -33,7 +33,7 @@ from ..relay import mitmproxy_reader
 from ..upstreams import UpstreamClient
 from ..upstreams.client import ConnectHook
 from ..upstreams.messages import redact_query
-from .destination import destination, named_url
+from .destination import destination, named_url, upstream_proxy_of
 from .request_body import RequestBody, not_routed_too_large, read_body, requested_model
 from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, restore
 from .live_story import LiveStory
@@ -54,16 +54,6 @@ _LIVE: dict[str, "Routed"] = {}
 # The Routers of the scripts loaded now (a reload replaces one): a flow held in an
 # intercept across a reload is routed by the current one, never by a finished one.
 _RUNNING: list["Router"] = []
-
-
-def _proxy_of(server: connection.Server) -> str | None:
-    """The upstream proxy mitmproxy would send this flow through: its listener's
-    upstream mode (each `--mode` is its own listener; regular and reverse ones have none)."""
-    if server.via is None:
-        return None
-    scheme, (host, port) = server.via
-    host = f"[{host}]" if ":" in host else host
-    return f"{scheme}://{host}:{port}"
 
 
 def _connect_upstream_hook() -> ConnectHook:
@@ -98,7 +88,8 @@ class Router:
             typespec=bool,
             default=True,
             help="Hand the relay's answers to mitmproxy in-process instead of through the loopback "
-            "socket: the same bytes for less CPU. Off: every answer goes through the socket.",
+            "socket, and a plain HTTP/1.1 client's streamed body straight to that client once mitmproxy "
+            "has sent the head: the same bytes for less CPU. Off: every answer goes through the socket.",
         )
 
     def configure(self, updated: set[str]) -> None:
@@ -244,7 +235,7 @@ class Router:
         ticket = relay.register(
             route, original, self.keeper.faults, outages=self.keeper.outages,
             provisional_head=request.http_version.startswith("HTTP/1") and not websocket,
-            websocket=websocket, upstream_proxy=_proxy_of(server),
+            websocket=websocket, upstream_proxy=upstream_proxy_of(server),
             mitmproxy_streams=(lambda: mitmproxy_reader.relay_streams(flow)) if self._direct and self._reader_reachable
             and not websocket else None,
             story=story if websocket else None, listener=live)
@@ -291,9 +282,12 @@ class Router:
         # close: frame the body for it as the upstream would have
         response.headers.pop("connection", None)
         if streamed:
-            response.stream = DisplayCopy()
+            copy = response.stream = DisplayCopy()
             if flow.request.http_version == "HTTP/1.1" and "content-length" not in response.headers:
                 response.headers["transfer-encoding"] = "chunked"  # (HTTP/1.0 has no chunks: the close ends it)
+                if self._direct and self._reader_reachable and not flow.client_conn.tls:
+                    # once mitmproxy has sent this head, the body may skip it (relay/direct_line.py)
+                    ticket.client_end = lambda: mitmproxy_reader.client_end(flow, copy) if copy.called else None
 
     def response(self, flow: http.HTTPFlow) -> None:
         routed = self._live.pop(flow.id, None)

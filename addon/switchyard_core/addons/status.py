@@ -36,7 +36,8 @@ def status_text(keeper: RulesKeeper, counters: Counter[str], relay_: Relay | Non
     if relay_ is not None:
         relay = relay_
         lines.append(f"relay: 127.0.0.1:{relay.port}, in flight={relay.in_flight}, unused tokens={relay.pending}, "
-                     f"answers={relay.answers} (in-process={relay.direct_answers})")
+                     f"answers={relay.answers} (in-process={relay.direct_answers}, "
+                     f"straight to the client={relay.client_answers})")
         ws = relay.websocket
         lines.append("websocket: " + ", ".join(f"{k}={ws['websocket_' + k]}" for k in (
             "connections", "turns", "retries_answered", "fallbacks", "suppressed_failovers",

@@ -61,6 +61,7 @@ class Server(Protocol):
     """What a connection needs of the relay that accepted it (`server.Relay`)."""
 
     connections: set[RelayConnection]
+    client_answers: int  # answers whose body went straight to the client (direct_line.py)
 
     async def serve(self, token: str, sink: RelayAnswer) -> None: ...
 
@@ -194,7 +195,7 @@ class RelayAnswer:
     """One exchange's answer on its relay connection: the attempt core's `ClientSink`."""
 
     __slots__ = ("_connection", "_transport", "_bodiless", "_sent", "_chunked", "_aborted", "_head", "_line",
-                 "_producer", "_send")
+                 "_producer", "_send", "_ticket")
 
     def __init__(self, connection: RelayConnection, transport: asyncio.Transport, *, bodiless: bool) -> None:
         self._connection = connection
@@ -207,6 +208,7 @@ class RelayAnswer:
         self._line: DirectLine | None = None  # the answer goes to mitmproxy in-process
         self._producer: Body | None = None
         self._send: Callable[[bytes], object] = transport.write  # where the bytes go: the socket or the line
+        self._ticket: Ticket | None = None  # (in-process: it may say how to reach the client, see `write`)
 
     # --- the connection's side ---------------------------------------------------------
 
@@ -232,6 +234,7 @@ class RelayAnswer:
         """The exchange is over, however it went."""
         self.decide(_NO_RESPONSE)  # the Router's hook must not wait on
         self._producer = None
+        self._ticket = None
         if self._line is not None:
             self._line.close()
             self._line = None
@@ -251,6 +254,7 @@ class RelayAnswer:
         if self._line is None:
             return False
         self._send = self._line.write
+        self._ticket = ticket
         return True
 
     def begin(self, ticket: Ticket) -> None:
@@ -276,9 +280,20 @@ class RelayAnswer:
     def write(self, data: bytes) -> None:
         if not data or self._aborted or self._bodiless:
             return
+        line = self._line
+        if line is not None and (line.client is not None or self._reach_client(line)):
+            line.to_client(data)  # mitmproxy has sent the head: the body goes on without it (direct_line.py)
+            return
         # one write() (never writelines(): before CPython 3.12.9 it skips the
         # flow-control check, and a slow client would never pause the upstream)
         self._send(b"%x\r\n%b\r\n" % (len(data), data))
+
+    def _reach_client(self, line: DirectLine) -> bool:
+        ticket = self._ticket
+        if ticket is None or not line.reach_client(ticket.client_end):
+            return False
+        self._connection.relay.client_answers += 1
+        return True
 
     def send_whole(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         self._sent = True

@@ -27,11 +27,28 @@ Why it is safe:
 `connect` refuses (and the socket is used) unless the reader and writer are
 asyncio's own and belong to this connection: it reads mitmproxy's internals
 (see relay/mitmproxy_reader.py), so anything unexpected falls back.
+
+Straight to the client.  Even in-process, every relayed frame still costs
+mitmproxy a task wake-up, its chunked reader, its layers and its writer: per
+frame, most of what plain mitmdump spends on a frame, on top of Switchyard's own
+reading of it.  Once mitmproxy has sent the client the head and read every byte
+fed to it, the body's chunks go to the client's own transport instead, as the
+very bytes mitmproxy would write (its HTTP/1 chunk framing is the relay's), and
+mitmproxy is fed only the end, which it passes on and ends the flow with.  Only
+where that is byte for byte the same (`ClientEnd`: a plain-TCP HTTP/1.1 client
+with a chunked answer whose stream callback is still the Router's display copy,
+see relay/mitmproxy_reader.py); the display copy gets each chunk, and
+mitmproxy's inactivity watchdog each write, as if mitmproxy had passed it on.
+The client's flow control takes over from mitmproxy's: past the transport's
+high-water mark the answer is held until the client has taken it down to the
+low one.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import NamedTuple
 
 from ..upstreams.body import Body
 
@@ -41,8 +58,19 @@ FIRST_LOOK_S = 0.005
 LAST_LOOK_S = 0.1
 
 
+class ClientEnd(NamedTuple):
+    """Where a flow's body can go without mitmproxy (see above)."""
+
+    transport: asyncio.Transport  # mitmproxy's transport to the client
+    activity: Callable[[], None]  # mitmproxy's inactivity watchdog: the connection is in use
+    display: Callable[[bytes], object]  # the flow's display copy (what mitmweb shows)
+
+
+FindClient = Callable[[], "ClientEnd | None"]
+
+
 class DirectLine:
-    __slots__ = ("_reader", "_transport", "_producer", "_holding", "_poll", "_wait", "_cut")
+    __slots__ = ("_reader", "_transport", "_producer", "_holding", "_poll", "_wait", "_cut", "client", "_low", "_high")
 
     def __init__(self, reader: asyncio.StreamReader, transport: asyncio.Transport) -> None:
         self._reader = reader
@@ -52,6 +80,8 @@ class DirectLine:
         self._poll: asyncio.TimerHandle | None = None
         self._wait = FIRST_LOOK_S
         self._cut = False
+        self.client: ClientEnd | None = None  # once the body goes straight to the client
+        self._low = self._high = 0  # the client transport's write-buffer limits
 
     @classmethod
     def connect(cls, streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None,
@@ -66,6 +96,7 @@ class DirectLine:
         if not isinstance(theirs, asyncio.Transport):  # it must say whether mitmproxy is reading
             return None
         if (theirs.is_closing() or reader.at_eof() or reader.exception() is not None
+                or not isinstance(getattr(reader, "_buffer", None), bytearray)  # (what `reach_client` reads)
                 or ours.get_write_buffer_size()
                 or writer.get_extra_info("sockname") != ours.get_extra_info("peername")
                 or writer.get_extra_info("peername") != ours.get_extra_info("sockname")):
@@ -81,6 +112,32 @@ class DirectLine:
             self.cut()
             return
         if not self._holding and not self._transport.is_reading():
+            self._hold()
+
+    def reach_client(self, find: FindClient | None) -> bool:
+        """Whether the body can go straight to the client from now on (see above):
+        only once mitmproxy has read everything fed to it, and is reading."""
+        if (find is None or self._cut or self._holding or self._transport.is_closing()
+                or getattr(self._reader, "_buffer", True)):  # (asyncio's unread bytes: checked in `connect`)
+            return False
+        client = find()
+        if client is None or client.transport.is_closing():
+            return False
+        self.client = client
+        self._low, self._high = client.transport.get_write_buffer_limits()
+        return True
+
+    def to_client(self, data: bytes) -> None:
+        """One chunk of the body, as mitmproxy would have written it."""
+        client = self.client
+        assert client is not None
+        transport = client.transport
+        if self._cut or transport.is_closing():
+            return  # the client left: mitmproxy ends the flow and the relay connection
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        client.display(data)
+        client.activity()
+        if not self._holding and transport.get_write_buffer_size() > self._high:
             self._hold()
 
     def pace(self, producer: Body | None) -> None:
@@ -113,9 +170,16 @@ class DirectLine:
         self._wait = FIRST_LOOK_S
         self._poll = asyncio.get_running_loop().call_later(self._wait, self._look_again)
 
+    def _blocked(self) -> bool:
+        """Whoever takes the answer now cannot take more yet."""
+        client = self.client
+        if client is not None:
+            return not client.transport.is_closing() and client.transport.get_write_buffer_size() > self._low
+        return not self._transport.is_reading()
+
     def _look_again(self) -> None:
         self._poll = None
-        if self._transport.is_reading() or self._transport.is_closing():
+        if not self._blocked() or self._transport.is_closing():
             self._holding = False
             if self._producer is not None:
                 self._producer.hold(False)

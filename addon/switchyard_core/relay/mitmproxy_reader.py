@@ -18,6 +18,8 @@ import typing
 
 from mitmproxy import ctx, http, master
 
+from .direct_line import ClientEnd
+
 
 def unusable(mitmproxy: master.Master) -> str | None:
     """Why mitmproxy's readers cannot be reached, or None if they can."""
@@ -27,8 +29,11 @@ def unusable(mitmproxy: master.Master) -> str | None:
         return "mitmproxy.proxy.server has no ConnectionHandler or ConnectionIO"
     if not isinstance(getattr(mitmproxy.addons.get("proxyserver"), "connections", None), dict):
         return "mitmproxy's proxyserver addon keeps no connections map"
-    if "transports" not in typing.get_type_hints(ConnectionHandler):
+    hints = typing.get_type_hints(ConnectionHandler)
+    if "transports" not in hints:
         return "mitmproxy's connection handlers keep no transports"
+    if "timeout_watchdog" not in hints:
+        return "mitmproxy's connection handlers keep no timeout watchdog"
     if not dataclasses.is_dataclass(ConnectionIO) or not {"reader", "writer"} <= {
             field.name for field in dataclasses.fields(ConnectionIO)}:
         return "mitmproxy's ConnectionIO holds no reader and writer"
@@ -46,3 +51,29 @@ def relay_streams(flow: http.HTTPFlow) -> tuple[asyncio.StreamReader, asyncio.St
     if isinstance(reader, asyncio.StreamReader) and isinstance(writer, asyncio.StreamWriter):
         return reader, writer
     return None
+
+
+def client_end(flow: http.HTTPFlow, display: typing.Callable[[bytes], object]) -> ClientEnd | None:
+    """Where the flow's body can go without mitmproxy, once mitmproxy has sent the head
+    (`display`, the Router's stream callback, was called), or None: only where mitmproxy
+    would write each chunk to the client unchanged, as the relay frames it.  That is
+    an HTTP/1.1 answer it sends chunked over plain TCP (no TLS it would encrypt, no
+    HTTP/2 or mitmproxy_rs stream it would frame), through that callback still."""
+    response = flow.response
+    client = flow.client_conn
+    if (response is None or response.stream is not display or flow.request.http_version != "HTTP/1.1"
+            or client.tls or client.tls_established or client.transport_protocol != "tcp"
+            or "chunked" not in response.headers.get("transfer-encoding", "").lower()):
+        return None
+    handler = ctx.master.addons.get("proxyserver").connections.get(client.id)
+    if handler is None:
+        return None
+    io = handler.transports.get(client)
+    writer = getattr(io, "writer", None)
+    watchdog = getattr(handler, "timeout_watchdog", None)
+    if not isinstance(writer, asyncio.StreamWriter) or watchdog is None:
+        return None
+    transport = writer.transport
+    if not isinstance(transport, asyncio.Transport) or transport.get_extra_info("sslcontext") is not None:
+        return None
+    return ClientEnd(transport, watchdog.register_activity, display)

@@ -53,6 +53,7 @@ class Relay:
         self.in_flight = 0  # exchanges being served now (switchyard.status shows it)
         self.answers = 0  # exchanges served, and how many of them went to mitmproxy in-process
         self.direct_answers = 0
+        self.client_answers = 0  # ... and whose body went from there straight to the client
         self.websocket: Counter[str] = Counter()  # WebSocket connections, turns, retries, fallbacks
         self._retired: list[UpstreamClient] = []
         self._starting = asyncio.Lock()

@@ -20,6 +20,7 @@ from ..attempts.driver import Driver
 from ..attempts.outages import Outages
 from ..exchange import Exchange
 from ..faults import FaultPlan
+from .direct_line import FindClient
 
 MitmproxyStreams = Callable[[], "tuple[asyncio.StreamReader, asyncio.StreamWriter] | None"]
 
@@ -51,3 +52,6 @@ class Ticket:
     story: dict[str, Any] | None = None  # a WebSocket's story, shown live in the flow's metadata
     driver: Driver | None = None  # an HTTP exchange's, running from the moment it was routed
     head: "asyncio.Future[AnswerHead] | None" = None  # set when the relay begins a provisional answer
+    # how to reach the client without mitmproxy once it has the head (relay/direct_line.py):
+    # set by the Router's `responseheaders` hook where that can be byte for byte the same
+    client_end: "FindClient | None" = None
