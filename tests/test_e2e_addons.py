@@ -21,7 +21,7 @@ from mitmproxy import io
 
 from tests.conftest import CurlResult, Env
 from tests.support import wire
-from tests.support.fake_provider import FakeProvider
+from tests.support.fake_provider import FakeProvider, Reply
 from tests.support.mitm import Mitmdump, free_port, start_mitmdump
 
 RULES = """\
@@ -150,3 +150,33 @@ def test_an_intercepted_request_is_routed_as_the_user_edited_it(tmp_path: Path, 
     assert results[0].body == b"".join(wire.chat_stream(wire.answer_text("primary")))
     assert [c.upstream for c in provider.calls] == ["primary"]
     assert b"EDITED-BY-USER" in provider.calls[0].body
+
+
+WRAPPING_ADDON = """\
+class Shout:
+    def responseheaders(self, flow):
+        inner = flow.response.stream
+        if callable(inner):
+            flow.response.stream = lambda data: inner(data).replace(b"word", b"WORD")
+
+
+addons = [Shout()]
+"""
+
+
+def test_a_later_addon_that_wraps_the_streamed_body_sees_every_chunk(tmp_path: Path, provider: FakeProvider) -> None:
+    """Switchyard sends a plain HTTP/1.1 client's body past mitmproxy only while its own
+    display copy is the flow's stream callback (relay/direct_line.py): an addon after it
+    that wraps that callback transforms every chunk of the answer, the last ones too."""
+    script = tmp_path / "shout.py"
+    script.write_text(WRAPPING_ADDON)
+    frames = wire.chat_stream("".join(f"word{i} " for i in range(30)))
+    provider.script("primary", Reply.sse(frames[0], *[piece for frame in frames[1:] for piece in (0.005, frame)]))
+    mitm = start(tmp_path, provider, ["-s", str(script)])
+    try:
+        result = ask_primary(mitm, provider)
+    finally:
+        mitm.stop()
+    assert result.status == 200
+    assert result.body == b"".join(frames).replace(b"word", b"WORD")
+    assert b"word" not in result.body and result.body.count(b"WORD") == 30
