@@ -147,3 +147,25 @@ def test_a_real_mitmdump_has_every_private_part_switchyard_leans_on(socket_mitm:
     reader are all on."""
     line = socket_mitm.wait_for_log("switchyard.mitmproxy_parts")
     assert "direct_line=active streaming_note=active log_hook_filter=active chunked_reader=active" in line
+
+
+def test_what_mitmproxy_read_but_has_not_sent_yet_is_never_overtaken(env: Env) -> None:
+    """A first answer write larger than mitmproxy reads at once (a big frame, held
+    whole until it ends), then small frames, paced and all at once: mitmproxy may hold
+    bytes it has read, with its reader empty, while it finishes the head (its event
+    lock).  The body goes straight to the client only once mitmproxy has sent on every
+    byte it was fed (counted by the display copy), so nothing overtakes them.  The
+    interleaving that broke an earlier check (an empty reader) is timing-dependent: it
+    was seen once in the whole suite, in test_e2e_continuation's staging-limit test;
+    these answers are its shape, exact to the byte."""
+    big = wire.chat_chunk({"content": "b" * 150_000})
+    small = [wire.chat_chunk({"content": f"s{i} "}) for i in range(40)]
+    frames = [wire.CHAT_ROLE, big, *small, wire.CHAT_DONE]
+    for _ in range(8):
+        env.provider.script("solo", Reply.sse(b"".join(frames[:2]), *frames[2:]), Reply.sse(b"".join(frames)))
+        result = env.curl(env.provider.url("solo", "/v1/chat/completions"), env.chat_body())
+        assert result.status == 200
+        assert result.body == b"".join(frames)
+        result = env.curl(env.provider.url("solo", "/v1/chat/completions"), env.chat_body())
+        assert result.status == 200
+        assert result.body == b"".join(frames)

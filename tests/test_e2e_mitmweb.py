@@ -171,16 +171,16 @@ def web_command(web_url: str, name: str) -> str:
         return json.loads(answer.read())["value"]
 
 
-def test_an_answer_that_skips_mitmproxy_on_its_way_to_the_client_is_still_shown_whole(tmp_path: Path) -> None:
-    """A plain HTTP/1.1 client's streamed answer goes from the relay straight to the
-    client once mitmproxy has sent the head (relay/direct_line.py): the client gets the
-    upstream's bytes, paced as they came, and mitmweb shows the flow's whole body."""
+def stream_through_mitmweb(tmp_path: Path, frames: list[bytes], options: list[str]) -> tuple[bytes, bytes, str]:
+    """One paced streamed answer through mitmweb in reverse mode, to curl over HTTP/1.1:
+    what curl got, the flow's response body as mitmweb has it, and `switchyard.status`."""
     provider = FakeProvider().start()
     rules = tmp_path / "rules.yaml"
     rules.write_text(bed_rules(provider.ports[0], provider.ports[1]))
-    web = start_mitmweb(rules, tmp_path / "mitmweb.log", f"http://127.0.0.1:{provider.ports[0]}")
-    frames = wire.chat_stream("".join(f"word{i} " for i in range(40)))
-    provider.script("primary", Reply.sse(frames[0], *[piece for frame in frames[1:] for piece in (0.005, frame)]))
+    web = start_mitmdump(rules, tmp_path / "mitmweb.log", reverse_target=f"http://127.0.0.1:{provider.ports[0]}",
+                         web=True, extra_args=["--set", f"web_port={free_port()}", "--set", "web_open_browser=false",
+                                               *options])
+    provider.script("primary", Reply.sse(frames[0], *[piece for frame in frames[1:] for piece in (0.002, frame)]))
     try:
         body = json.dumps({"model": "gpt-4o", "stream": True, "messages": []})
         out = subprocess.run(["curl", "-sS", "-N", "--http1.1", "--max-time", "20", "-H",
@@ -189,11 +189,29 @@ def test_an_answer_that_skips_mitmproxy_on_its_way_to_the_client_is_still_shown_
         deadline = time.monotonic() + 10
         while not (shown := flows(web.web_url)) and time.monotonic() < deadline:  # bounded
             time.sleep(0.05)
-        status = web_command(web.web_url, "switchyard.status")
-        content = flow_content(web.web_url, shown[0]["id"], "response")
+        return out, flow_content(web.web_url, shown[0]["id"], "response"), web_command(web.web_url, "switchyard.status")
     finally:
         web.stop()
         provider.stop()
+
+
+def test_an_answer_that_skips_mitmproxy_on_its_way_to_the_client_is_still_shown_whole(tmp_path: Path) -> None:
+    """A plain HTTP/1.1 client's streamed answer goes from the relay straight to the
+    client once mitmproxy has sent the head (relay/direct_line.py): the client gets the
+    upstream's bytes, paced as they came, and mitmweb shows the flow's whole body."""
+    frames = wire.chat_stream("".join(f"word{i} " for i in range(40)))
+    out, content, status = stream_through_mitmweb(tmp_path, frames, [])
     assert out == b"".join(frames)
     assert content == out
     assert "answers=1 (in-process=1, straight to the client=1)" in status
+
+
+def test_with_store_streamed_bodies_mitmproxy_passes_on_and_keeps_every_chunk(tmp_path: Path) -> None:
+    """mitmproxy's `store_streamed_bodies` keeps every chunk it passes on as the flow's
+    body, past the display copy's bound too: then no chunk may skip it."""
+    frames = wire.chat_stream("".join(f"word{i} " for i in range(40)))
+    frames[1:1] = [wire.chat_chunk({"content": "x" * 100_000})] * 12  # past the 1 MiB a display copy keeps
+    out, content, status = stream_through_mitmweb(tmp_path, frames, ["--set", "store_streamed_bodies=true"])
+    assert out == b"".join(frames) and len(out) > 1 << 20
+    assert content == out
+    assert "answers=1 (in-process=1, straight to the client=0)" in status

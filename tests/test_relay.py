@@ -321,12 +321,12 @@ async def test_an_answer_goes_in_process_to_the_reader_of_its_own_connection(rel
     assert dechunk(body) == content("hi") + DONE
 
 
-async def test_once_mitmproxy_has_read_all_it_was_fed_the_body_goes_straight_to_the_client(relay: Relay) -> None:
-    """Given a way to the client (the Router gives one once mitmproxy has sent the
-    head), chunks go there only while mitmproxy's reader holds nothing unread: the
-    head and the first chunk, not yet read, reach the reader; the chunks after it
-    go to the client's transport framed as mitmproxy frames them, each shown in the
-    display copy and told to mitmproxy's inactivity watchdog; the end goes to the
+async def test_once_mitmproxy_has_sent_all_it_was_fed_the_body_goes_straight_to_the_client(relay: Relay) -> None:
+    """The way to the client is asked for with the body bytes fed to mitmproxy so far
+    (the Router's gives it once mitmproxy has sent that many on); here, once this test
+    has read the head and the first chunk.  Until then chunks reach the reader; after,
+    they go to the client's transport framed as mitmproxy frames them, each shown in
+    the display copy and told to mitmproxy's inactivity watchdog; the end goes to the
     reader, for mitmproxy to end the flow with."""
     go_on = asyncio.Event()
 
@@ -354,10 +354,18 @@ async def test_once_mitmproxy_has_read_all_it_was_fed_the_body_goes_straight_to_
             ticket = register(relay, up)
             reader, writer = await open_streams(relay)
             ticket.mitmproxy_streams = lambda: (reader, writer)
-            ticket.client_end = lambda: ClientEnd(client_transport, lambda: activity.append(None), shown.append)
+            passed_on = 0  # body bytes this test has read: what mitmproxy would have sent on
+            asked: list[tuple[int, int]] = []
+
+            def client_end(fed: int) -> ClientEnd | None:
+                asked.append((fed, passed_on))
+                return ClientEnd(client_transport, lambda: activity.append(None), shown.append) if fed == passed_on else None
+
+            ticket.client_end = client_end
             send_request(writer, ticket.token)
             async with asyncio.timeout(WAIT_S):
                 early = await reader.readuntil(b'"a"}}]}\n\n\r\n')  # the head and the first chunk
+            passed_on = len(content("a"))
             go_on.set()
             rest = await read_until_closed(reader)  # the end comes after everything before it
             writer.close()
@@ -372,6 +380,7 @@ async def test_once_mitmproxy_has_read_all_it_was_fed_the_body_goes_straight_to_
     assert dechunk(bytes(got) + LAST_CHUNK) == content("b") + content("c") + DONE  # in one chunk per upstream read
     assert b"".join(shown) == content("b") + content("c") + DONE and len(activity) == len(shown)
     assert rest == LAST_CHUNK
+    assert asked[-1] == (len(content("a")), len(content("a")))  # asked again until mitmproxy had sent it all
 
 
 async def test_an_answer_never_goes_to_the_reader_of_another_connection(relay: Relay) -> None:

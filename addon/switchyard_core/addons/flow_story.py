@@ -31,15 +31,15 @@ from .attempt_flows import DISPLAY_LIMIT, shows_a_flow, what
 class DisplayCopy:
     """A stream callback that passes bytes through and keeps a bounded copy."""
 
-    __slots__ = ("chunks", "size", "called")
+    __slots__ = ("chunks", "size", "seen")
 
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
         self.size = 0
-        self.called = False  # mitmproxy streams the body through it: it has sent the head
+        self.seen = 0  # bytes passed through: mitmproxy writes each to the client once this returns
 
     def __call__(self, data: bytes) -> bytes:
-        self.called = True
+        self.seen += len(data)
         if self.size < DISPLAY_LIMIT:
             self.chunks.append(data)
             self.size += len(data)

@@ -287,7 +287,7 @@ class Router:
                 response.headers["transfer-encoding"] = "chunked"  # (HTTP/1.0 has no chunks: the close ends it)
                 if self._direct and self._reader_reachable and not flow.client_conn.tls:
                     # once mitmproxy has sent this head, the body may skip it (relay/direct_line.py)
-                    ticket.client_end = lambda: mitmproxy_reader.client_end(flow, copy) if copy.called else None
+                    ticket.client_end = lambda fed: mitmproxy_reader.client_end(flow, copy) if copy.seen == fed else None
 
     def response(self, flow: http.HTTPFlow) -> None:
         routed = self._live.pop(flow.id, None)

@@ -195,7 +195,7 @@ class RelayAnswer:
     """One exchange's answer on its relay connection: the attempt core's `ClientSink`."""
 
     __slots__ = ("_connection", "_transport", "_bodiless", "_sent", "_chunked", "_aborted", "_head", "_line",
-                 "_producer", "_send", "_ticket")
+                 "_producer", "_send", "_ticket", "_fed")
 
     def __init__(self, connection: RelayConnection, transport: asyncio.Transport, *, bodiless: bool) -> None:
         self._connection = connection
@@ -209,6 +209,7 @@ class RelayAnswer:
         self._producer: Body | None = None
         self._send: Callable[[bytes], object] = transport.write  # where the bytes go: the socket or the line
         self._ticket: Ticket | None = None  # (in-process: it may say how to reach the client, see `write`)
+        self._fed = 0  # body bytes given to mitmproxy (the switch to the client waits until it sent them all)
 
     # --- the connection's side ---------------------------------------------------------
 
@@ -287,10 +288,11 @@ class RelayAnswer:
         # one write() (never writelines(): before CPython 3.12.9 it skips the
         # flow-control check, and a slow client would never pause the upstream)
         self._send(b"%x\r\n%b\r\n" % (len(data), data))
+        self._fed += len(data)
 
     def _reach_client(self, line: DirectLine) -> bool:
         ticket = self._ticket
-        if ticket is None or not line.reach_client(ticket.client_end):
+        if ticket is None or not line.reach_client(ticket.client_end, self._fed):
             return False
         self._connection.relay.client_answers += 1
         return True

@@ -31,10 +31,15 @@ asyncio's own and belong to this connection: it reads mitmproxy's internals
 Straight to the client.  Even in-process, every relayed frame still costs
 mitmproxy a task wake-up, its chunked reader, its layers and its writer: per
 frame, most of what plain mitmdump spends on a frame, on top of Switchyard's own
-reading of it.  Once mitmproxy has sent the client the head and read every byte
+reading of it.  Once mitmproxy has sent the client the head and every body byte
 fed to it, the body's chunks go to the client's own transport instead, as the
 very bytes mitmproxy would write (its HTTP/1 chunk framing is the relay's), and
-mitmproxy is fed only the end, which it passes on and ends the flow with.  Only
+mitmproxy is fed only the end, which it passes on and ends the flow with.
+"Sent" is counted, not guessed from mitmproxy's reader: the Router's display
+copy, the flow's stream callback, sees each body byte just before mitmproxy
+writes it to the client, so the switch waits until it has seen as many as
+were fed.  (An empty reader is not enough: mitmproxy's task may hold bytes it
+has read while it waits to process them, and those would be overtaken.)  Only
 where that is byte for byte the same (`ClientEnd`: a plain-TCP HTTP/1.1 client
 with a chunked answer whose stream callback is still the Router's display copy,
 see relay/mitmproxy_reader.py); the display copy gets each chunk, and
@@ -66,7 +71,8 @@ class ClientEnd(NamedTuple):
     display: Callable[[bytes], object]  # the flow's display copy (what mitmweb shows)
 
 
-FindClient = Callable[[], "ClientEnd | None"]
+# given how many body bytes were fed to mitmproxy: the client's end, once mitmproxy has sent them all
+FindClient = Callable[[int], "ClientEnd | None"]
 
 
 class DirectLine:
@@ -96,7 +102,6 @@ class DirectLine:
         if not isinstance(theirs, asyncio.Transport):  # it must say whether mitmproxy is reading
             return None
         if (theirs.is_closing() or reader.at_eof() or reader.exception() is not None
-                or not isinstance(getattr(reader, "_buffer", None), bytearray)  # (what `reach_client` reads)
                 or ours.get_write_buffer_size()
                 or writer.get_extra_info("sockname") != ours.get_extra_info("peername")
                 or writer.get_extra_info("peername") != ours.get_extra_info("sockname")):
@@ -114,13 +119,13 @@ class DirectLine:
         if not self._holding and not self._transport.is_reading():
             self._hold()
 
-    def reach_client(self, find: FindClient | None) -> bool:
+    def reach_client(self, find: FindClient | None, fed: int) -> bool:
         """Whether the body can go straight to the client from now on (see above):
-        only once mitmproxy has read everything fed to it, and is reading."""
-        if (find is None or self._cut or self._holding or self._transport.is_closing()
-                or getattr(self._reader, "_buffer", True)):  # (asyncio's unread bytes: checked in `connect`)
+        only once mitmproxy has sent all `fed` body bytes on (some: then it has sent the
+        head too), and is reading."""
+        if not fed or find is None or self._cut or self._holding or self._transport.is_closing():
             return False
-        client = find()
+        client = find(fed)
         if client is None or client.transport.is_closing():
             return False
         self.client = client

@@ -54,14 +54,17 @@ def relay_streams(flow: http.HTTPFlow) -> tuple[asyncio.StreamReader, asyncio.St
 
 
 def client_end(flow: http.HTTPFlow, display: typing.Callable[[bytes], object]) -> ClientEnd | None:
-    """Where the flow's body can go without mitmproxy, once mitmproxy has sent the head
-    (`display`, the Router's stream callback, was called), or None: only where mitmproxy
-    would write each chunk to the client unchanged, as the relay frames it.  That is
-    an HTTP/1.1 answer it sends chunked over plain TCP (no TLS it would encrypt, no
-    HTTP/2 or mitmproxy_rs stream it would frame), through that callback still."""
+    """Where the flow's body can go without mitmproxy (once mitmproxy has sent the head
+    and all it was fed: the caller counts), or None: only where mitmproxy
+    would write each chunk to the client unchanged, as the relay frames it, and
+    keeps none of them.  That is an HTTP/1.1 answer it sends chunked over plain TCP
+    (no TLS it would encrypt, no HTTP/2 or mitmproxy_rs stream it would frame),
+    through that callback still, with `store_streamed_bodies` off (on, mitmproxy
+    stores every chunk it passes on as the flow's body)."""
     response = flow.response
     client = flow.client_conn
     if (response is None or response.stream is not display or flow.request.http_version != "HTTP/1.1"
+            or ctx.options.store_streamed_bodies
             or client.tls or client.tls_established or client.transport_protocol != "tcp"
             or "chunked" not in response.headers.get("transfer-encoding", "").lower()):
         return None
