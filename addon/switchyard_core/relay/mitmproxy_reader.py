@@ -64,7 +64,7 @@ def client_end(flow: http.HTTPFlow, display: typing.Callable[[bytes], object]) -
     response = flow.response
     client = flow.client_conn
     if (response is None or response.stream is not display or flow.request.http_version != "HTTP/1.1"
-            or ctx.options.store_streamed_bodies
+            or "store_streamed_bodies" not in ctx.options or ctx.options.store_streamed_bodies
             or client.tls or client.tls_established or client.transport_protocol != "tcp"
             or "chunked" not in response.headers.get("transfer-encoding", "").lower()):
         return None
