@@ -8,6 +8,10 @@ server connection (`transports`, holding a `ConnectionIO`).  `unusable` checks
 those once, at load; a mitmproxy without them gets every answer through the
 socket instead, the same bytes a little slower.  Per flow, a handler or stream
 that is not there (the client just left) means the socket too.
+
+`client_end` reaches further, for a body that goes straight to the client: the
+handler's writer of the client connection and its `timeout_watchdog`.  Either
+missing keeps that body going through mitmproxy, and nothing else.
 """
 
 from __future__ import annotations
@@ -29,11 +33,8 @@ def unusable(mitmproxy: master.Master) -> str | None:
         return "mitmproxy.proxy.server has no ConnectionHandler or ConnectionIO"
     if not isinstance(getattr(mitmproxy.addons.get("proxyserver"), "connections", None), dict):
         return "mitmproxy's proxyserver addon keeps no connections map"
-    hints = typing.get_type_hints(ConnectionHandler)
-    if "transports" not in hints:
+    if "transports" not in typing.get_type_hints(ConnectionHandler):
         return "mitmproxy's connection handlers keep no transports"
-    if "timeout_watchdog" not in hints:
-        return "mitmproxy's connection handlers keep no timeout watchdog"
     if not dataclasses.is_dataclass(ConnectionIO) or not {"reader", "writer"} <= {
             field.name for field in dataclasses.fields(ConnectionIO)}:
         return "mitmproxy's ConnectionIO holds no reader and writer"
