@@ -83,16 +83,28 @@ async def test_matching_flow_is_re_aimed_at_the_relay_with_a_single_use_token(ru
         router.done()
 
 
-@pytest.mark.parametrize("authority", ["", "api.openai.com"], ids=["http1", "http2-authority"])
-async def test_the_answered_flow_shows_the_request_exactly_as_the_client_sent_it(rules_file: Path, authority: str) -> None:
+@pytest.mark.parametrize(("authority", "http_version"), [("", "HTTP/1.1"), ("api.openai.com", "HTTP/2.0")],
+                         ids=["http1", "http2-authority"])
+async def test_the_answered_flow_shows_the_request_exactly_as_the_client_sent_it(rules_file: Path, authority: str,
+                                                                                 http_version: str) -> None:
     """When the original destination answered, the flow is put back field for field
-    (scheme, host, port, authority, headers): a replay sends what the client sent."""
+    (scheme, host, port, authority, headers, body, trailers): a replay sends what the client sent."""
     with routing(rules_file) as router:
         flow = chat_flow()
         flow.request.authority = authority
+        flow.request.http_version = http_version
+        flow.request.trailers = Headers(x_checksum="abc")
         before = flow.request.get_state()
         await router.route(flow)
         assert flow.request.get_state() != before  # re-aimed at the relay
+        if http_version == "HTTP/1.1":
+            # answered at once with a provisional head: mitmproxy writes the relay, and the
+            # relay reads, the token only, not the client's headers and body a second time
+            assert flow.request.headers.fields == ((b"content-length", b"0"), (TOKEN_HEADER.encode(), flow.request.headers[TOKEN_HEADER].encode()))
+            assert (flow.request.raw_content, flow.request.trailers) == (b"", None)
+        else:  # no provisional head: the flow keeps what it shows until its head is decided
+            assert flow.request.headers["authorization"] == "Bearer sk-client-abc"
+            assert flow.request.trailers is not None
         flow.response = Response.make(200, b"", {"content-type": "text/event-stream"})
         await router.responseheaders(flow)
         assert flow.request.get_state() == before

@@ -48,7 +48,9 @@ class DisplayCopy:
 
 class FlowAddress(NamedTuple):
     """A flow's request fields (mitmproxy's raw values) before the Router re-aimed it
-    at the relay: what the flow is shown with again once answered."""
+    at the relay: what the flow is shown with again once answered.  `sent`: the
+    headers, body and trailers the client sent, where the relay was asked without
+    them (`lean_relay_request`)."""
 
     scheme: bytes
     host: str
@@ -56,6 +58,21 @@ class FlowAddress(NamedTuple):
     authority: bytes
     path: bytes
     method: bytes
+    sent: "tuple[Headers, bytes | None, Headers | None] | None" = None
+
+
+def lean_relay_request(request: http.Request, address: FlowAddress, token: str) -> FlowAddress:
+    """Ask the relay with the token only: it reads nothing else, so mitmproxy need not
+    write the client's headers and body to it, nor the relay read them again (an
+    agent's turn carries its whole conversation).  They are put back by `restore`,
+    which the Router's `responseheaders` hook runs first, before the client's answer
+    (docs/architecture.md, "Speed")."""
+    data = request.data
+    kept = address._replace(sent=(data.headers, data.content, data.trailers))
+    data.headers = Headers([(b"content-length", b"0"), (TOKEN_HEADER.encode(), token.encode("ascii"))])
+    data.content = b""
+    data.trailers = None
+    return kept
 
 
 @dataclass(slots=True)
@@ -87,8 +104,12 @@ def _show_answering_upstream(flow: http.HTTPFlow, exchange: Exchange, view: Flow
     if view.shown_url == answered:
         return  # already shown (responseheaders, then response)
     view.shown_url = answered
-    request.headers.pop(TOKEN_HEADER, None)
     before = view.address
+    if before.sent is not None:  # the client's own, as the relay was asked without them
+        data = request.data
+        data.headers, data.content, data.trailers = before.sent
+        view.address = before = before._replace(sent=None)
+    request.headers.pop(TOKEN_HEADER, None)
     request.data.method = before.method  # the relay was asked with POST or HEAD
     if answered == original.url:
         # the original destination answered (the common case): put back the fields

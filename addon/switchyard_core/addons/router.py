@@ -35,7 +35,7 @@ from ..upstreams.client import ConnectHook
 from ..upstreams.messages import redact_query
 from .destination import destination, named_url, upstream_proxy_of
 from .request_body import RequestBody, not_routed_too_large, read_body, requested_model
-from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, restore
+from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, lean_relay_request, restore
 from .live_story import LiveStory
 from . import chunked_reading
 from .heap import freeze_startup_heap
@@ -232,15 +232,20 @@ class Router:
         server = flow.server_conn
         # HTTP/1 only: a client that leaves closes its connection, which mitmproxy
         # acts on even while a hook waits (an HTTP/2 stream reset is queued)
+        provisional = request.http_version.startswith("HTTP/1") and not websocket
         ticket = relay.register(
             route, original, self.keeper.faults, outages=self.keeper.outages,
-            provisional_head=request.http_version.startswith("HTTP/1") and not websocket,
+            provisional_head=provisional,
             websocket=websocket, upstream_proxy=upstream_proxy_of(server),
             mitmproxy_streams=(lambda: mitmproxy_reader.relay_streams(flow)) if self._direct and self._reader_reachable
             and not websocket else None,
             story=story if websocket else None, listener=live)
         if live is not None:
             live.follow(ticket.exchange)
+        if provisional and data.method.upper() != b"HEAD":  # answered (and so put back) at once: ask with the token only
+            display.address = lean_relay_request(request, display.address, ticket.token)
+        else:
+            request.headers[TOKEN_HEADER] = ticket.token
         self._live[flow.id] = Routed(ticket, display, live)
         request.scheme = "http"
         request.host = "127.0.0.1"
@@ -251,7 +256,6 @@ class Router:
         data.path = b"/"
         if not websocket:
             data.method = b"HEAD" if data.method.upper() == b"HEAD" else b"POST"
-        request.headers[TOKEN_HEADER] = ticket.token
         if server.via is not None or server.transport_protocol != "tcp":
             flow.server_conn = connection.Server(address=("127.0.0.1", relay.port))
         self.counters["routed"] += 1
