@@ -16,18 +16,29 @@ BACKUP_KEY = "sk-bench-backup-key"
 
 
 def request_body(prompt_kb: int = 0) -> bytes:
-    """The client's request; `prompt_kb` pads its system prompt to about that many KiB,
-    as an agent's request carries its whole conversation and tool list every turn."""
-    system = "You are a helpful assistant."
-    if prompt_kb > 0:
-        system += " Context:" + " lorem ipsum" * (prompt_kb * 1024 // 12)
+    """The client's request; `prompt_kb` grows it to about that many KiB with earlier
+    turns, as an agent's request carries its whole conversation every turn: each an
+    assistant's tool call and the tool's result, the shape a proxy reads (many small
+    objects, not one long string)."""
+    earlier: list[dict[str, object]] = []
+    size = 0
+    while size < prompt_kb * 1024:
+        n = len(earlier) // 2
+        call: dict[str, object] = {"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"call_{n:05d}", "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/module_{n}.py", "limit": 200})}}]}
+        result: dict[str, object] = {"role": "tool", "tool_call_id": f"call_{n:05d}",
+                  "content": f"def handler_{n}(request):\n    return route(request, table[{n}])\n" * 8}
+        earlier += [call, result]
+        size += len(json.dumps(call)) + len(json.dumps(result))
     return json.dumps(
         {
             "model": "gpt-4o",
             "stream": True,
             "stream_options": {"include_usage": True},
             "messages": [
-                {"role": "system", "content": system},
+                {"role": "system", "content": "You are a helpful assistant."},
+                *earlier,
                 {"role": "user", "content": "Write a short paragraph about railway switchyards."},
             ],
         }

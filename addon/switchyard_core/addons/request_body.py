@@ -1,5 +1,6 @@
 """A request's body as the Router reads it to route: at most once, bounded, decoded
-if it came compressed, and its JSON (for a route's `model`, and the upstreams)."""
+if it came compressed, and the top-level fields of its JSON that routing reads
+(a route's `model`, whether the client asked for a stream)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import msgspec
 from mitmproxy import http
 
 from .. import observe
@@ -23,7 +25,7 @@ class RequestBody(NamedTuple):
     """A request body as the Router read it to route."""
 
     raw: bytes  # what upstreams are sent
-    json: Any  # its JSON, None if it is none
+    json: Any  # its JSON's routing fields (`top_level`), None if it is no JSON
     decoded: bool = False  # `raw` is the body decoded: its Content-Encoding no longer applies
     too_large: bool = False  # past ROUTE_BODY_LIMIT: not read, not routed
 
@@ -44,9 +46,35 @@ def read_body(request: http.Request) -> RequestBody:
             return RequestBody(raw, None, too_large=True)
         raw, decoded = plain, plain is not raw
     try:
-        return RequestBody(raw, json.loads(raw or b""), decoded)
+        return RequestBody(raw, top_level(raw), decoded)
     except (ValueError, RecursionError):
         return RequestBody(raw, None, decoded)
+
+
+class _RoutingFields(msgspec.Struct):
+    model: Any = msgspec.UNSET
+    stream: Any = msgspec.UNSET
+    stream_options: Any = msgspec.UNSET
+
+
+_ROUTING_FIELDS = msgspec.json.Decoder(_RoutingFields)
+ROUTING_FIELDS = _RoutingFields.__struct_fields__
+
+
+def top_level(raw: bytes) -> Any:
+    """The body's JSON as routing reads it: of an object, only the fields in
+    ROUTING_FIELDS that it has; any other JSON value whole.  An agent's request
+    carries its whole conversation, and Python's `json` builds every object of it
+    (about 3 ms a MiB) on the first token's path; msgspec checks the whole text is
+    JSON but builds only these fields (docs/benchmarks.md, "Fourth pass").  Where
+    msgspec reads more strictly than Python (`NaN`, UTF-16, a lone surrogate) or the
+    body is no object, Python's reading decides, so both agree on every input."""
+    try:
+        found = _ROUTING_FIELDS.decode(raw)
+    except msgspec.DecodeError:  # (a ValidationError too: not an object)
+        value = json.loads(raw or b"")
+        return {name: value[name] for name in ROUTING_FIELDS if name in value} if isinstance(value, dict) else value
+    return {name: value for name in ROUTING_FIELDS if (value := getattr(found, name)) is not msgspec.UNSET}
 
 
 def not_routed_too_large(route: str | None) -> None:
