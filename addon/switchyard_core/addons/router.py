@@ -87,9 +87,9 @@ class Router:
             name="switchyard_direct_relay",
             typespec=bool,
             default=True,
-            help="Hand the relay's answers to mitmproxy in-process instead of through the loopback "
-            "socket, and a plain HTTP/1.1 client's streamed body straight to that client once mitmproxy "
-            "has sent the head: the same bytes for less CPU. Off: every answer goes through the socket.",
+            help="Hand the relay's answers to mitmproxy in-process instead of through the loopback socket, "
+            "a held head to the client with the first content behind it, and a plain HTTP/1.1 client's streamed "
+            "body straight to it once mitmproxy has sent the head: the same bytes, sooner. Off: the socket.",
         )
 
     def configure(self, updated: set[str]) -> None:
@@ -282,6 +282,8 @@ class Router:
             streamed = head.streamed
             if streamed:  # mitmproxy sends the head now, and logs that it streams: after the first token
                 self._notes.expect(flow.client_conn.peername)
+                if self._direct and self._reader_reachable:  # the first token is behind it already
+                    mitmproxy_reader.head_with_first_content(flow)
         # the relay's connection is mitmproxy's own business; the client's need not
         # close: frame the body for it as the upstream would have
         response.headers.pop("connection", None)

@@ -12,12 +12,16 @@ that is not there (the client just left) means the socket too.
 `client_end` reaches further, for a body that goes straight to the client: the
 handler's writer of the client connection and its `timeout_watchdog`.  Either
 missing keeps that body going through mitmproxy, and nothing else.
+
+`head_with_first_content` reaches the client connection's socket the same way,
+to send a held head in one segment with the first content behind it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 import typing
 
 from mitmproxy import ctx, http, master
@@ -81,3 +85,34 @@ def client_end(flow: http.HTTPFlow, display: typing.Callable[[bytes], object]) -
     if not isinstance(transport, asyncio.Transport) or transport.get_extra_info("sslcontext") is not None:
         return None
     return ClientEnd(transport, watchdog.register_activity, display)
+
+
+def head_with_first_content(flow: http.HTTPFlow) -> None:
+    """Hold the client socket's writes until this turn of the event loop ends.
+
+    A head held until the attempt core commits is released together with the
+    first content: mitmproxy writes the head and, in the same turn, the chunk
+    already waiting behind it.  With Nagle off (asyncio's default) that is two
+    segments and, at the client, often two wake-ups before the first token can
+    be read.  TCP_CORK (Linux) makes it one; the cork comes off on the loop's
+    next turn, so nothing waits for more than the writes of this one.  Where the
+    socket or TCP_CORK cannot be reached, nothing changes but that.
+    """
+    cork = getattr(socket, "TCP_CORK", None)
+    if cork is None:
+        return
+    client = flow.client_conn
+    try:
+        handler = ctx.master.addons.get("proxyserver").connections[client.id]
+        sock = handler.transports[client].writer.transport.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
+    except (AttributeError, KeyError, TypeError, OSError):
+        return
+    asyncio.get_running_loop().call_soon(_uncork, sock, cork)
+
+
+def _uncork(sock: typing.Any, cork: int) -> None:
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, cork, 0)  # sends what was held, at once
+    except OSError:
+        pass  # the client left: nothing to send
