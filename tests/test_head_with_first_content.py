@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,23 +42,33 @@ class Ends:
     client: socket.socket  # the client's end, non-blocking
 
 
+Connect = Callable[[], Awaitable[Ends]]
+
+
 @pytest.fixture
-async def ends() -> AsyncIterator[Ends]:
-    accepted: asyncio.Future[asyncio.StreamWriter] = asyncio.get_running_loop().create_future()
+async def connect() -> AsyncIterator[Connect]:
+    """Client connections to an asyncio server, as many as a test asks for."""
+    accepted: asyncio.Queue[asyncio.StreamWriter] = asyncio.Queue()
 
     async def accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.set_result(writer)
+        accepted.put_nowait(writer)
 
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    client = socket.create_connection(("127.0.0.1", port))
-    client.setblocking(False)
-    writer = await asyncio.wait_for(accepted, 5)
+    made: list[Ends] = []
+
+    async def one() -> Ends:
+        client = socket.create_connection(("127.0.0.1", port))
+        client.setblocking(False)
+        made.append(Ends(await asyncio.wait_for(accepted.get(), 5), client))
+        return made[-1]
+
     try:
-        yield Ends(writer, client)
+        yield one
     finally:
-        client.close()
-        writer.close()
+        for ends in made:
+            ends.client.close()
+            ends.writer.close()
         server.close()
         await server.wait_closed()
 
@@ -89,7 +99,16 @@ def wired(proxyserver: ProxyServer, ends: Ends) -> Any:
     return flow
 
 
-async def test_nothing_is_sent_before_the_turn_ends_and_everything_after_it(ends: Ends) -> None:
+def looked(client: socket.socket) -> bytes:
+    """What a client that looks, again and again without waiting, finds."""
+    got = b""
+    for _ in range(20):
+        got += received(client)
+    return got
+
+
+async def test_nothing_is_sent_before_the_turn_ends_and_everything_after_it(connect: Connect) -> None:
+    ends = await connect()
     proxyserver = ProxyServer()
     with taddons.context(proxyserver):
         flow = wired(proxyserver, ends)
@@ -97,20 +116,45 @@ async def test_nothing_is_sent_before_the_turn_ends_and_everything_after_it(ends
         ends.writer.write(HEAD)
         ends.writer.write(FIRST)
         # still this turn: a client that looks finds nothing, not a lone head
-        held = b""
-        for _ in range(20):
-            held += received(ends.client)
-        assert held == b""
+        assert looked(ends.client) == b""
         assert await settled(ends.client, len(HEAD) + len(FIRST)) == HEAD + FIRST
         # and the frames after the first are not held: the cork is off
         sock = ends.writer.transport.get_extra_info("socket")
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK) == 0
 
 
-async def test_a_client_that_left_changes_nothing(ends: Ends) -> None:
+async def test_a_client_that_left_changes_nothing(connect: Connect) -> None:
+    ends = await connect()
     proxyserver = ProxyServer()
     with taddons.context(proxyserver):
         flow = tflow.tflow(resp=True)  # no handler for its client: it has gone
         mitmproxy_reader.head_with_first_content(flow)
         ends.writer.write(HEAD)
         assert await settled(ends.client, len(HEAD)) == HEAD
+
+
+async def test_under_a_burst_a_head_waits_for_its_own_writes_not_for_the_next_flows(connect: Connect) -> None:
+    first, second = await connect(), await connect()
+    proxyserver = ProxyServer()
+    with taddons.context(proxyserver):
+        one, two = wired(proxyserver, first), wired(proxyserver, second)
+        mitmproxy_reader.head_with_first_content(one)
+        first.writer.write(HEAD)
+        first.writer.write(FIRST)
+        # the same turn: the next flow's head is released, so the first one's writes are done
+        mitmproxy_reader.head_with_first_content(two)
+        second.writer.write(HEAD)
+        assert found_at_once(first.client) == HEAD + FIRST
+        assert looked(second.client) == b""
+        assert await settled(second.client, len(HEAD)) == HEAD
+
+
+def found_at_once(client: socket.socket) -> bytes:
+    """What the client finds without the loop turning (bounded: the kernel delivers
+    loopback data within the send; looked at until it is all there, or 10,000 times)."""
+    got = b""
+    for _ in range(10_000):
+        got += received(client)
+        if len(got) >= len(HEAD) + len(FIRST):
+            break
+    return got

@@ -88,15 +88,18 @@ def client_end(flow: http.HTTPFlow, display: typing.Callable[[bytes], object]) -
 
 
 def head_with_first_content(flow: http.HTTPFlow) -> None:
-    """Hold the client socket's writes until this turn of the event loop ends.
+    """Hold the client socket's writes until mitmproxy has written the head and
+    what is already waiting behind it.
 
     A head held until the attempt core commits is released together with the
-    first content: mitmproxy writes the head and, in the same turn, the chunk
-    already waiting behind it.  With Nagle off (asyncio's default) that is two
-    segments and, at the client, often two wake-ups before the first token can
-    be read.  TCP_CORK (Linux) makes it one; the cork comes off on the loop's
-    next turn, so nothing waits for more than the writes of this one.  Where the
-    socket or TCP_CORK cannot be reached, nothing changes but that.
+    first content: once this hook returns, mitmproxy writes the head and, in
+    the same step, the chunk already fed behind it.  With Nagle off (asyncio's
+    default) that is two segments and, at the client, often two wake-ups before
+    the first token can be read.  TCP_CORK (Linux) makes it one.  The cork comes
+    off as soon as anything else runs: when the next flow's head is corked (this
+    one's writes are done by then: under a burst, a head must not wait for
+    other flows' work), or on the loop's next turn.  Where the socket or
+    TCP_CORK cannot be reached, nothing changes but that.
     """
     cork = getattr(socket, "TCP_CORK", None)
     if cork is None:
@@ -105,14 +108,20 @@ def head_with_first_content(flow: http.HTTPFlow) -> None:
     try:
         handler = ctx.master.addons.get("proxyserver").connections[client.id]
         sock = handler.transports[client].writer.transport.get_extra_info("socket")
+        _release(cork)
         sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
     except (AttributeError, KeyError, TypeError, OSError):
         return
-    asyncio.get_running_loop().call_soon(_uncork, sock, cork)
+    _CORKED.append(sock)
+    asyncio.get_running_loop().call_soon(_release, cork)
 
 
-def _uncork(sock: typing.Any, cork: int) -> None:
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, cork, 0)  # sends what was held, at once
-    except OSError:
-        pass  # the client left: nothing to send
+_CORKED: list[typing.Any] = []  # client sockets corked and not yet released: one, at most
+
+
+def _release(cork: int) -> None:
+    while _CORKED:
+        try:
+            _CORKED.pop().setsockopt(socket.IPPROTO_TCP, cork, 0)  # sends what was held, at once
+        except OSError:
+            pass  # the client left: nothing to send
