@@ -99,11 +99,14 @@ def wired(proxyserver: ProxyServer, ends: Ends) -> Any:
     return flow
 
 
-def looked(client: socket.socket) -> bytes:
-    """What a client that looks, again and again without waiting, finds."""
+def looked(client: socket.socket, want: int | None = None) -> bytes:
+    """What a client finds that looks, again and again without waiting (so without the
+    loop turning), until `want` bytes are there (bounded: 10,000 looks)."""
     got = b""
-    for _ in range(20):
+    for _ in range(10_000):
         got += received(client)
+        if want is not None and len(got) >= want:
+            break
     return got
 
 
@@ -144,17 +147,7 @@ async def test_under_a_burst_a_head_waits_for_its_own_writes_not_for_the_next_fl
         # the same turn: the next flow's head is released, so the first one's writes are done
         mitmproxy_reader.head_with_first_content(two)
         second.writer.write(HEAD)
-        assert found_at_once(first.client) == HEAD + FIRST
+        assert looked(first.client, len(HEAD) + len(FIRST)) == HEAD + FIRST
         assert looked(second.client) == b""
         assert await settled(second.client, len(HEAD)) == HEAD
 
-
-def found_at_once(client: socket.socket) -> bytes:
-    """What the client finds without the loop turning (bounded: the kernel delivers
-    loopback data within the send; looked at until it is all there, or 10,000 times)."""
-    got = b""
-    for _ in range(10_000):
-        got += received(client)
-        if len(got) >= len(HEAD) + len(FIRST):
-            break
-    return got

@@ -47,15 +47,24 @@ def unusable(mitmproxy: master.Master) -> str | None:
 
 def relay_streams(flow: http.HTTPFlow) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
     """mitmproxy's reader and writer of the flow's current server connection, or None."""
-    connections = ctx.master.addons.get("proxyserver").connections
-    handler = connections.get(flow.client_conn.id)
+    handler = _handler(flow)
     if handler is None:
         return None
-    io = handler.transports.get(flow.server_conn)
+    reader, writer = _streams(handler, flow.server_conn)
+    return (reader, writer) if reader is not None and writer is not None else None
+
+
+def _handler(flow: http.HTTPFlow) -> typing.Any:
+    """mitmproxy's handler of the flow's client connection, or None (the client left)."""
+    return ctx.master.addons.get("proxyserver").connections.get(flow.client_conn.id)
+
+
+def _streams(handler: typing.Any, conn: object) -> tuple[asyncio.StreamReader | None, asyncio.StreamWriter | None]:
+    """The handler's reader and writer of one of its connections, each if it is asyncio's own."""
+    io = handler.transports.get(conn)
     reader, writer = getattr(io, "reader", None), getattr(io, "writer", None)
-    if isinstance(reader, asyncio.StreamReader) and isinstance(writer, asyncio.StreamWriter):
-        return reader, writer
-    return None
+    return (reader if isinstance(reader, asyncio.StreamReader) else None,
+            writer if isinstance(writer, asyncio.StreamWriter) else None)
 
 
 def client_end(flow: http.HTTPFlow, display: typing.Callable[[bytes], object]) -> ClientEnd | None:
@@ -73,13 +82,12 @@ def client_end(flow: http.HTTPFlow, display: typing.Callable[[bytes], object]) -
             or client.tls or client.tls_established or client.transport_protocol != "tcp"
             or "chunked" not in response.headers.get("transfer-encoding", "").lower()):
         return None
-    handler = ctx.master.addons.get("proxyserver").connections.get(client.id)
+    handler = _handler(flow)
     if handler is None:
         return None
-    io = handler.transports.get(client)
-    writer = getattr(io, "writer", None)
+    _, writer = _streams(handler, client)
     watchdog = getattr(handler, "timeout_watchdog", None)
-    if not isinstance(writer, asyncio.StreamWriter) or watchdog is None:
+    if writer is None or watchdog is None:
         return None
     transport = writer.transport
     if not isinstance(transport, asyncio.Transport) or transport.get_extra_info("sslcontext") is not None:
@@ -104,13 +112,15 @@ def head_with_first_content(flow: http.HTTPFlow) -> None:
     cork = getattr(socket, "TCP_CORK", None)
     if cork is None:
         return
-    client = flow.client_conn
+    handler = _handler(flow)
+    writer = None if handler is None else _streams(handler, flow.client_conn)[1]
+    sock = None if writer is None else writer.get_extra_info("socket")
+    if sock is None:
+        return
+    _release(cork)
     try:
-        handler = ctx.master.addons.get("proxyserver").connections[client.id]
-        sock = handler.transports[client].writer.transport.get_extra_info("socket")
-        _release(cork)
         sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
-    except (AttributeError, KeyError, TypeError, OSError):
+    except OSError:  # the client left, or its socket is no TCP one
         return
     _CORKED.append(sock)
     asyncio.get_running_loop().call_soon(_release, cork)
