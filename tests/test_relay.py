@@ -471,6 +471,91 @@ async def test_one_connection_mixes_in_process_and_socket_answers_in_order(relay
     assert relay.direct_answers == 2 and relay.answers == 2  # the 403 is no ticket's answer
 
 
+async def test_once_an_answer_went_in_process_mitmproxys_next_request_is_read_as_it_writes_it(relay: Relay) -> None:
+    """The request side of the in-process line: mitmproxy's first request on a relay
+    connection crosses the socket and is read on a later loop pass; once an answer
+    has gone to its reader in-process, its next request on that connection is read
+    (and, under mitmproxy's eager task factory, served) inside the very write that
+    sends it.  The answers are the same bytes either way."""
+    stream = (chunked_head([("Content-Type", "text/event-stream")]) + chunk(content("one")) + chunk(DONE) + LAST_CHUNK,
+              chunked_head([("Content-Type", "text/event-stream")]) + chunk(content("two")) + chunk(DONE) + LAST_CHUNK)
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(asyncio.eager_task_factory)
+    try:
+        async with Server(answering(*stream, requests=2)) as up:
+            reader, writer = await open_streams(relay)
+            served_at_write, answers = [], []
+            for _ in range(2):
+                ticket = register(relay, up)
+                ticket.mitmproxy_streams = lambda: (reader, writer)
+                before = relay.answers
+                send_request(writer, ticket.token)
+                served_at_write.append(relay.answers - before)
+                answers.append(await read_answer(reader))
+            writer.close()
+    finally:
+        loop.set_task_factory(None)
+    assert served_at_write == [0, 1]
+    assert [body for _, body in answers] == [content("one") + DONE, content("two") + DONE]
+    assert relay.direct_answers == 2
+
+
+async def test_a_connection_taken_over_reads_mitmproxys_writes_from_the_socket_again(relay: Relay) -> None:
+    """A WebSocket session takes the relay connection over (another protocol on its
+    transport) and reads the frames with the socket's flow control: mitmproxy's
+    writes go through the socket again, none is parsed as a request."""
+    async with Server(answering(chunked_head([("Content-Type", "text/event-stream")]) + chunk(content("hi"))
+                                + chunk(DONE) + LAST_CHUNK)) as up:
+        reader, writer = await open_streams(relay)
+        ticket = register(relay, up)
+        ticket.mitmproxy_streams = lambda: (reader, writer)
+        send_request(writer, ticket.token)
+        await read_answer(reader)
+        (connection,) = relay.connections
+        assert connection.transport is not None
+        got = bytearray()
+        arrived = asyncio.Event()
+
+        class Session(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                got.extend(data)
+                arrived.set()
+
+        connection.transport.set_protocol(Session())
+        writer.write(b"\x81\x02hi")
+        in_the_write = bytes(got)
+        async with asyncio.timeout(WAIT_S):
+            await arrived.wait()
+        writer.close()
+    assert in_the_write == b"" and bytes(got) == b"\x81\x02hi"
+
+
+async def test_a_bug_reading_a_request_in_process_costs_that_connection_only(
+        relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
+    """Read inside mitmproxy's own event handling, a request whose reading raises must
+    not raise into mitmproxy: it is logged, and that connection closes (mitmproxy
+    answers its flow with a 502, as for any relay connection that goes)."""
+    async with Server(answering(chunked_head([("Content-Type", "text/event-stream")]) + chunk(content("hi"))
+                                + chunk(DONE) + LAST_CHUNK)) as up:
+        reader, writer = await open_streams(relay)
+        ticket = register(relay, up)
+        ticket.mitmproxy_streams = lambda: (reader, writer)
+        send_request(writer, ticket.token)
+        await read_answer(reader)
+        (connection,) = relay.connections
+
+        def broken(data: bytes) -> None:
+            raise RuntimeError("a bug")
+
+        connection.data_received = broken  # type: ignore[method-assign]
+        send_request(writer, "any")  # returns: nothing raised into the writer
+        async with asyncio.timeout(WAIT_S):
+            rest = await reader.read()
+        writer.close()
+    assert rest == b""  # the connection was closed, nothing answered on it
+    assert 'switchyard.internal_error where="relay request"' in caplog.text and "RuntimeError: a bug" in caplog.text
+
+
 async def test_a_client_that_leaves_while_its_answer_is_held_releases_the_upstream(relay: Relay) -> None:
     """In-process, the upstream is held while mitmproxy does not read; when the
     client leaves instead, the upstream's connection is let go, not left paused."""
