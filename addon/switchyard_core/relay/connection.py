@@ -91,7 +91,6 @@ class RelayConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None  # closes the connection if nothing completes in time
         self._answer: RelayAnswer | None = None  # the current request's, while it is served
         self._task: asyncio.Task[None] | None = None
-        self._inbound: asyncio.StreamWriter | None = None  # mitmproxy's writer, once it writes in-process
 
     # --- asyncio's side ------------------------------------------------------------
 
@@ -126,34 +125,6 @@ class RelayConnection(asyncio.Protocol):
             self._task.cancel()  # mitmproxy gave up on the flow: the client left
         if answer is not None:
             answer.decide(_NO_RESPONSE)  # never leave the Router's hook waiting
-
-    def take_requests(self, writer: asyncio.StreamWriter) -> None:
-        """mitmproxy's next requests on this connection come in-process: what its
-        `writer` (its end of this very connection) is given is parsed here at once,
-        as if it had come through the socket, one loop pass sooner (relay/direct_line.py).
-
-        Only while this connection waits for or reads a request, and only while it is
-        still this protocol's: a WebSocket session that took it over reads its frames
-        from the socket, with the socket's flow control.  Order is kept: mitmproxy does
-        not pipeline, so when this is set, nothing it wrote is still in the socket."""
-        if self._inbound is writer:
-            return
-        self._inbound = writer
-        through_socket = writer.write
-
-        def write(data: bytes) -> None:
-            transport = self.transport
-            if (transport is None or transport.is_closing() or transport.get_protocol() is not self
-                    or self.state not in (State.IDLE, State.RECEIVING)):
-                through_socket(data)
-                return
-            try:
-                self.data_received(data)
-            except Exception:  # inside mitmproxy's own event handling: a bug costs this connection only
-                observe.log.exception(observe.format_event("switchyard.internal_error", where="relay request"))
-                self.abort()
-
-        setattr(writer, "write", write)  # (an instance attribute: mypy refuses assigning a method)
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -285,8 +256,6 @@ class RelayAnswer:
             return False
         self._send = self._line.write
         self._ticket = ticket
-        assert streams is not None  # (`connect` gives no line without them)
-        self._connection.take_requests(streams[1])
         return True
 
     def begin(self, ticket: Ticket) -> None:
