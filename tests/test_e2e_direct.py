@@ -143,10 +143,11 @@ def test_at_debug_verbosity_each_answer_gets_its_committed_line(env: Env, socket
 
 def test_a_real_mitmdump_has_every_private_part_switchyard_leans_on(socket_mitm: Mitmdump) -> None:
     """Checked once at start-up and said in one line: on the mitmproxy the project
-    pins, the direct line, the held-back streaming note, the log-hook filter and the chunked
-    reader are all on."""
+    pins, the direct line, the held-back streaming note, the log-hook filter, the chunked
+    reader and the hook dispatch are all on."""
     line = socket_mitm.wait_for_log("switchyard.mitmproxy_parts")
-    assert "direct_line=active streaming_note=active log_hook_filter=active chunked_reader=active" in line
+    assert ("direct_line=active streaming_note=active log_hook_filter=active chunked_reader=active "
+            "hook_dispatch=active") in line
 
 
 def test_what_mitmproxy_read_but_has_not_sent_yet_is_never_overtaken(env: Env) -> None:

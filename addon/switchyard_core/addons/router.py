@@ -26,10 +26,9 @@ from .. import observe
 from ..exchange import OriginalRequest
 from ..observe import METADATA_KEY
 from ..apis.openai_responses import NAME as RESPONSES
-from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Relay
+from ..relay import PROVISIONAL_HEADER, TOKEN_HEADER, Relay, mitmproxy_reader
 from ..relay.ticket import Ticket
 from ..relay.connection import reason_phrase
-from ..relay import mitmproxy_reader
 from ..upstreams import UpstreamClient
 from ..upstreams.client import ConnectHook
 from ..upstreams.messages import redact_query
@@ -37,7 +36,7 @@ from .destination import destination, named_url, upstream_proxy_of
 from .request_body import RequestBody, not_routed_too_large, read_body, requested_model
 from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, lean_relay_request, restore
 from .live_story import LiveStory
-from . import chunked_reading
+from . import chunked_reading, hook_dispatch
 from .heap import freeze_startup_heap
 from .rules_keeper import RulesKeeper
 from .status import status_text
@@ -134,6 +133,7 @@ class Router:
             _RUNNING.remove(self)
         if not _RUNNING:
             chunked_reading.uninstall()
+            hook_dispatch.uninstall()
         self._notes.uninstall()
         if self._last in ctx.master.addons:
             ctx.master.addons.remove(self._last)
@@ -154,7 +154,7 @@ class Router:
             self._notes.install()
         hook_filter = None if observe.HOOK_HANDLERS else "mitmproxy.log has no LegacyLogEvents"
         parts = {"direct_line": direct_line, "streaming_note": note, "log_hook_filter": hook_filter,
-                 "chunked_reader": chunked_reading.install()}
+                 "chunked_reader": chunked_reading.install(), "hook_dispatch": hook_dispatch.install()}
         observe.emit(logging.DEBUG if not any(parts.values()) else logging.INFO, "switchyard.mitmproxy_parts",
                      **{name: "active" if why is None else f"inactive: {why}" for name, why in parts.items()})
 
