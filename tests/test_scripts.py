@@ -127,6 +127,18 @@ def test_the_benchmark_runs_every_path_and_every_stream_arrives_whole(tmp_path: 
     assert "| primary hung (accepts, never answers) | first content, median |" in report
 
 
+def test_the_benchmark_can_give_plain_mitmdump_switchyards_hook_dispatch(tmp_path: Path) -> None:
+    """`--plain-hook-dispatch`: plain mitmdump runs with that dispatch (its log says so),
+    and the report says the ratios are then Switchyard's own cost."""
+    logs = tmp_path / "logs"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--concurrency", "1",
+                           "--burst", "--staging-streams", "0", "--ws-turns", "0", "--outages", "0",
+                           "--plain-hook-dispatch", "--keep-logs", str(logs)], capture_output=True, timeout=240)
+    assert done.returncode == 0, done.stdout.decode()[-3000:] + done.stderr.decode()[-3000:]
+    assert "plain mitmdump runs with Switchyard's hook dispatch" in (logs / "plain.log").read_text()
+    assert "Plain mitmdump ran with Switchyard's hook dispatch" in done.stdout.decode()
+
+
 def _gone(pid: int) -> bool:
     """No such process, or only its exit status left (a zombie nobody has reaped yet)."""
     try:

@@ -19,7 +19,8 @@ from benchmark.constants import PATHS, Proxies
 from benchmark.frames import STAGING_HOLD_MAX_S
 from benchmark.outages import OutageUpstreams, outage_report
 from benchmark.printout import footer, header, tables
-from benchmark.processes import ENTRY, Child, raise_nofile_limit, start_proxy, start_upstream, write_rules
+from benchmark.processes import (ENTRY, PLAIN_HOOK_DISPATCH, Child, raise_nofile_limit, start_proxy, start_upstream,
+                                 write_rules)
 from benchmark.procstats import machine, status_kb
 from benchmark.profiling import start_profilers, summarize_profile
 from benchmark.report import summarize
@@ -80,6 +81,9 @@ def parse_args(argv: list[str], description: str = "") -> argparse.Namespace:
     parser.add_argument("--switchyard-addon", type=Path, default=None, metavar="PATH",
                         help="the Switchyard side loads this addon/switchyard.py (e.g. an earlier commit's worktree, "
                              "to measure before and after against plain mitmdump) instead of this tree's")
+    parser.add_argument("--plain-hook-dispatch", action="store_true",
+                        help="plain mitmdump also gets Switchyard's faster hook dispatch (and nothing else of it): "
+                             "the ratios then show what Switchyard itself costs, beyond what it saves mitmproxy")
     parser.add_argument("--max-lifetime", type=float, default=3600, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -181,7 +185,8 @@ def main(argv: list[str], description: str = "") -> int:
         progress(f"upstream pid {upstream.pid} on ports {ports}")
         outages = OutageUpstreams.open() if args.outages else None
         rules = write_rules(workdir, ports[1], outages.routes(ports[1]) if outages else "")
-        plain, plain_port = start_proxy("plain", workdir, rules, ["--set", "stream_large_bodies=1"], bare=True)
+        dispatch = ["-s", str(PLAIN_HOOK_DISPATCH)] if args.plain_hook_dispatch else []
+        plain, plain_port = start_proxy("plain", workdir, rules, ["--set", "stream_large_bodies=1", *dispatch], bare=True)
         children.append(plain)
         options = [arg for option in args.switchyard_set for arg in ("--set", option)]
         switchyard, sw_port = start_proxy("switchyard", workdir, rules, options, addon=args.switchyard_addon)

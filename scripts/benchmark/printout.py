@@ -29,6 +29,8 @@ def header(info: dict[str, Any], args: argparse.Namespace, argv: list[str], entr
     lines.append(f"Command: {python} {os.path.relpath(entry)} {' '.join(argv)}".rstrip())
     if args.switchyard_addon is not None:
         lines.append(f"Switchyard side: {args.switchyard_addon.resolve()} (not this tree's addon)")
+    if args.plain_hook_dispatch:
+        lines.append("Plain mitmdump ran with Switchyard's hook dispatch: the ratios show what Switchyard itself costs")
     lines.append(f"Run: {args.rounds} interleaved round(s); {args.tokens} content frames per answer, "
                  f"{args.gap_ms:g} ms apart; per path, level and round {args.streams} happy (at least "
                  f"{args.waves} x the concurrency) / {args.fallback_streams} fallback streams (at least the "

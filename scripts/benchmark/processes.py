@@ -19,6 +19,7 @@ from benchmark.frames import BACKUP_KEY
 from tests.support.mitm import child_env, start_mitmdump, terminate_with_parent
 
 ENTRY = Path(__file__).resolve().parents[1] / "bench.py"  # `bench.py --serve` runs the upstream
+PLAIN_HOOK_DISPATCH = Path(__file__).resolve().parent / "plain_hook_dispatch.py"  # --plain-hook-dispatch
 UPSTREAM_START_S = 20.0
 MITMDUMP_START_S = 45.0
 
