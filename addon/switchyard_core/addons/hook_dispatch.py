@@ -52,8 +52,11 @@ async def trigger_event(self: AddonManager, event: hooks.Hook) -> None:
     """mitmproxy's `AddonManager.trigger_event`, passing by entries with nothing to run."""
     name = event.name
     for addon in self.chain:
-        if not _has_hook(addon, name):
-            continue
+        try:  # `_has_hook`, unrolled for the chain's own entries: most have neither
+            if not getattr(addon, name, None) and not (hasattr(addon, "addons") and _has_hook(addon, name)):
+                continue
+        except Exception:  # noqa: BLE001 -- as in `_has_hook`
+            pass
         try:
             with safecall():
                 await self.invoke_addon(addon, event)
