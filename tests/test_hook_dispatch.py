@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mitmproxy import exceptions, hooks
 from mitmproxy.addonmanager import AddonManager
-from mitmproxy.test import taddons
 
-from switchyard_core.addons import Router, RulesKeeper, hook_dispatch
+from switchyard_core.addons import hook_dispatch
 from switchyard_core.rules import SHIPPED_RULES
+from tests.test_hooks import routing
 
 MITMPROXYS = AddonManager.__dict__["trigger_event"]
 Dispatch = Callable[[AddonManager, hooks.Hook], Coroutine[Any, Any, None]]
@@ -194,10 +194,7 @@ def test_a_mitmproxy_that_dispatches_differently_keeps_its_own(monkeypatch: pyte
 async def test_the_router_puts_it_in_place_while_it_runs(tmp_path: Path) -> None:
     rules = tmp_path / "rules.yaml"
     rules.write_text(SHIPPED_RULES.read_text())
-    keeper = RulesKeeper()
-    router = Router(keeper)
-    with taddons.context(keeper, router) as tctx:
-        tctx.configure(keeper, switchyard_rules=str(rules))
+    with routing(rules) as router:
         router.running()
         try:
             assert AddonManager.__dict__["trigger_event"] is hook_dispatch.trigger_event
