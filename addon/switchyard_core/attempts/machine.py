@@ -333,6 +333,9 @@ class ExchangeMachine:
         for attempt in list(self._live.values()):
             self._drop(attempt)
         self.tries.end()
+        # it points back here: a cycle that only a full collection would free, which
+        # stops the loop for all it walks (addons/heap.py); a done exchange needs it no more
+        self.continuing = None
         self.out(Timer("keepalive", None), Timer("backoff", None), Timer("hedge", None), Finished())
 
     def _fault(self, attempt: Attempt) -> bool:

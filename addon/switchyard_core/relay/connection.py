@@ -83,7 +83,7 @@ class RelayConnection(asyncio.Protocol):
         self.state = State.IDLE
         self.transport: asyncio.Transport | None = None
         self.paused = False  # the transport's buffer is full: mitmproxy is not reading
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         # header values as mitmproxy passes them on (a control character in one is the
         # client's business); only the token is read from them
         self._parser.set_dangerous_leniencies(lenient_headers=True)
@@ -105,6 +105,8 @@ class RelayConnection(asyncio.Protocol):
             # a slow trickle holding it open)
             self.state = State.RECEIVING
             self._close_after(REQUEST_READ_S)
+        if self._parser is None:
+            return  # (lost already)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -118,6 +120,9 @@ class RelayConnection(asyncio.Protocol):
         self.relay.connections.discard(self)
         self.state = State.CLOSED
         self._cancel_timer()
+        # the parser holds this connection's callbacks: a cycle only a full garbage
+        # collection would free, and those stop the loop for all they walk (addons/heap.py)
+        self._parser = None
         answer = self._answer
         if answer is not None:
             answer.detach()
@@ -154,7 +159,8 @@ class RelayConnection(asyncio.Protocol):
         self._cancel_timer()
         self.state = State.ANSWERING
         # an answer to HEAD has a head only
-        answer = self._answer = RelayAnswer(self, self.transport, bodiless=self._parser.get_method() == b"HEAD")
+        bodiless = self._parser is not None and self._parser.get_method() == b"HEAD"
+        answer = self._answer = RelayAnswer(self, self.transport, bodiless=bodiless)
         task = asyncio.get_running_loop().create_task(self._serve(self._token, answer))
         # mitmproxy's loop runs new tasks eagerly: a short answer (a 403) may be
         # served, and `_serve` finished, before create_task returns

@@ -73,6 +73,7 @@ class Body:
             return
         self._ended = True
         self._error = error
+        self._sink = None  # nothing more goes there; the consumer's closures hold their reader's timer
         self._wake()
         finished = self._finished
         if finished is not None and not finished.done():
@@ -120,8 +121,10 @@ class Body:
                 if not finished.done():
                     finished.set_exception(exc)
                 return finished
-        if self._ended and not finished.done():
-            finished.set_result(self._error)
+        if self._ended:
+            self._sink = None
+            if not finished.done():
+                finished.set_result(self._error)
         return finished
 
     def stop(self) -> None:

@@ -114,6 +114,7 @@ class UpstreamConnection(asyncio.Protocol):
             self._idle_timer = None
         self.pool.discard(self)
         self._peer_closed(clean=exc is None)
+        self._let_go()
 
     def pause_reading(self) -> None:
         """The body's reader (or the client) is behind."""
@@ -198,7 +199,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def idle(self, timer: asyncio.TimerHandle) -> None:
         self.state = State.IDLE
-        self._response = None
+        self._let_go()
         self._idle_timer = timer
 
     def reuse(self) -> None:
@@ -218,6 +219,14 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.abort()
 
     # --- inside ----------------------------------------------------------------------
+
+    def _let_go(self) -> None:
+        """The current answer is over (read, or the connection lost): its parser holds
+        the reader's callbacks, a cycle only a full garbage collection would free, and
+        full collections stop the loop for all they walk (addons/heap.py)."""
+        if self._response is not None:
+            self._response.parser = None
+            self._response = None
 
     def _peer_closed(self, *, clean: bool) -> None:
         if self._tunnel is not None and not self._tunnel.done():
