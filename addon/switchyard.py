@@ -12,8 +12,9 @@ from pathlib import Path
 # Make the package importable even when it was not installed (plain `-s` use).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from switchyard_core.addons import CommentColumn, Router, RulesKeeper, SseView  # noqa: E402
+from switchyard_core.addons import CommentColumn, QuietCollections, Router, RulesKeeper, SseView  # noqa: E402
 
 _rules = RulesKeeper()
 
-addons = [_rules, Router(_rules), SseView(), CommentColumn()]
+# QuietCollections after the Router: its `responseheaders` runs once the Router's held head is out
+addons = [_rules, Router(_rules), SseView(), CommentColumn(), QuietCollections()]

@@ -150,6 +150,13 @@ def test_a_real_mitmdump_has_every_private_part_switchyard_leans_on(socket_mitm:
             "hook_dispatch=active") in line
 
 
+def test_a_real_mitmdump_keeps_full_collections_off_the_first_tokens_path(socket_mitm: Mitmdump) -> None:
+    """The start-up heap frozen, and full collections moved to where no flow waits
+    for its head (addons/heap.py; the policy itself in tests/test_heap.py)."""
+    line = socket_mitm.wait_for_log("switchyard.heap")
+    assert "startup_heap=frozen quiet_collections=active" in line
+
+
 def test_what_mitmproxy_read_but_has_not_sent_yet_is_never_overtaken(env: Env) -> None:
     """A first answer write larger than mitmproxy reads at once (a big frame, held
     whole until it ends), then small frames, paced and all at once: mitmproxy may hold

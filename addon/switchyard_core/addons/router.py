@@ -37,7 +37,6 @@ from .request_body import RequestBody, not_routed_too_large, read_body, requeste
 from .flow_story import DisplayCopy, FlowAddress, FlowView, annotate, lean_relay_request, restore
 from .live_story import LiveStory
 from . import chunked_reading, hook_dispatch
-from .heap import freeze_startup_heap
 from .rules_keeper import RulesKeeper
 from .status import status_text
 from .streaming_note import StreamingNoteDeferral, unusable as streaming_note_unusable
@@ -124,9 +123,6 @@ class Router:
             ctx.master.addons.add(self._last)
         self._start = asyncio.get_running_loop().create_task(self._ensure_relay())
         self._start.add_done_callback(_report_start_failure)
-        view = ctx.master.addons.get("view")  # mitmweb's and the console's flow list; mitmdump has none
-        if freeze_startup_heap(view.store_count() if view is not None else 0):
-            observe.emit(logging.DEBUG, "switchyard.startup_heap_frozen")
 
     def done(self) -> None:
         if self in _RUNNING:
