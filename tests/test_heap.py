@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+from collections.abc import Iterator
 
 import pytest
 from mitmproxy import http
@@ -64,10 +65,11 @@ def collector() -> Collector:
 
 
 @pytest.fixture
-def quiet(collector: Collector) -> QuietCollections:
+def quiet(collector: Collector) -> Iterator[QuietCollections]:
     addon = QuietCollections(collector)
     assert addon.defer() is None
-    return addon
+    yield addon
+    addon.restore()
 
 
 def test_cpython_waits_longer_for_a_full_collection_and_gets_its_schedule_back(collector: Collector) -> None:
@@ -77,6 +79,19 @@ def test_cpython_waits_longer_for_a_full_collection_and_gets_its_schedule_back(c
     assert addon.defer() is None and collector.threshold == (700, 10, 10 * DEFERRAL)  # once
     addon.restore()
     assert collector.threshold == (700, 10, 10)
+
+
+def test_a_second_switchyard_script_defers_nothing_more(collector: Collector) -> None:
+    first, second = QuietCollections(collector), QuietCollections(collector)
+    assert first.defer() is None
+    assert second.defer() == "another Switchyard script's QuietCollections moves them"
+    assert collector.threshold == (700, 10, 10 * DEFERRAL)
+    second.restore()  # changes nothing: it moved nothing
+    assert collector.threshold == (700, 10, 10 * DEFERRAL)
+    first.restore()
+    assert collector.threshold == (700, 10, 10)
+    assert second.defer() is None  # the first one unloaded: the next may
+    second.restore()
 
 
 def test_a_schedule_someone_else_changed_since_is_left_as_they_set_it(collector: Collector) -> None:

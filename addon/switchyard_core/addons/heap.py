@@ -45,6 +45,7 @@ DEFERRAL = 4  # how many times longer than its own schedule CPython waits for a 
 WAIT_LIMIT_S = 600.0  # a flow counted as waiting for longer is not waited for (its end went unseen)
 
 _frozen = False  # per process: a reloaded script imports this package's modules once
+_deferring: "QuietCollections | None" = None  # the one that moved CPython's schedule, per process
 
 
 def freeze_startup_heap(flows_held: int) -> bool:
@@ -108,20 +109,26 @@ class QuietCollections:
 
     def defer(self) -> str | None:
         """Let CPython wait longer for full collections; None once done, else why not."""
+        global _deferring
         if self._due_after is not None:
             return None
+        if _deferring is not None:  # (two Switchyard scripts loaded at once: deferred once, not twice)
+            return "another Switchyard script's QuietCollections moves them"
         why = unusable(self.collector)
         if why is None:
             first, second, third = self.collector.get_threshold()
             self.collector.set_threshold(first, second, third * DEFERRAL)
             self._due_after = third
+            _deferring = self
         return why
 
     def restore(self) -> None:
         """CPython's own schedule again, unless something changed it since."""
+        global _deferring
         due_after = self._due_after
         if due_after is not None:
             self._due_after = None
+            _deferring = None
             first, second, third = self.collector.get_threshold()
             if third == due_after * DEFERRAL:
                 self.collector.set_threshold(first, second, due_after)
