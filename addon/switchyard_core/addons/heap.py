@@ -141,17 +141,17 @@ class QuietCollections:
             self._waiting[flow.id] = time.monotonic()
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        self.head_went(flow.id)
+        self._head_went(flow.id)
 
     def response(self, flow: http.HTTPFlow) -> None:  # answered without a `responseheaders` (by an addon)
-        self.head_went(flow.id)
+        self._head_went(flow.id)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        self.head_went(flow.id)
+        self._head_went(flow.id)
 
     # --- inside -----------------------------------------------------------------------
 
-    def head_went(self, flow_id: str) -> None:
+    def _head_went(self, flow_id: str) -> None:
         """This flow waits no more; if none does and a full collection is due, it runs
         in the loop's next pass, after what this one writes."""
         waiting = self._waiting
@@ -162,13 +162,12 @@ class QuietCollections:
 
     def _quiet(self) -> bool:
         waiting = self._waiting
-        if waiting:
-            stale = time.monotonic() - WAIT_LIMIT_S
-            while waiting:  # oldest first: it stops at the first that still counts
-                flow_id, since = next(iter(waiting.items()))
-                if since > stale:
-                    return False
-                del waiting[flow_id]
+        stale = time.monotonic() - WAIT_LIMIT_S
+        while waiting:  # oldest first: it stops at the first that still counts
+            flow_id, since = next(iter(waiting.items()))
+            if since > stale:
+                return False
+            del waiting[flow_id]
         return self._due()
 
     def _due(self) -> bool:

@@ -114,7 +114,8 @@ class UpstreamConnection(asyncio.Protocol):
             self._idle_timer = None
         self.pool.discard(self)
         self._peer_closed(clean=exc is None)
-        self._let_go()
+        if self._response is None or self._response.phase is not Phase.ENDING:
+            self._let_go()  # (ENDING: its decoded rest still goes out, on `resume_reading`; `answered` lets go)
 
     def pause_reading(self) -> None:
         """The body's reader (or the client) is behind."""
@@ -193,9 +194,10 @@ class UpstreamConnection(asyncio.Protocol):
     def answered(self, reusable: bool) -> None:
         """The current answer was read to its end."""
         if reusable:
-            self.pool.release(self)
+            self.pool.release(self)  # idle: lets go of the reader
         else:
             self.close()
+            self._let_go()
 
     def idle(self, timer: asyncio.TimerHandle) -> None:
         self.state = State.IDLE
