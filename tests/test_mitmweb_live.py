@@ -203,3 +203,56 @@ def test_mitmwebs_comment_column_is_turned_on_unless_the_user_chose_the_columns(
     with taddons.context() as tctx:  # mitmdump: no flow list
         CommentColumn().running()
         assert "web_columns" not in tctx.options
+
+
+def bytes_held(root: object) -> int:
+    """The bytes objects reachable from `root` (each counted once), not through
+    modules, classes or functions: what a flow kept in mitmweb's list holds."""
+    import gc
+    import types
+
+    seen: set[int] = set()
+    stack = [root]
+    total = 0
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, (type, types.ModuleType, types.FunctionType, types.MethodType,
+                                                 types.BuiltinFunctionType, str)):
+            continue
+        seen.add(id(item))
+        if isinstance(item, (bytes, bytearray)):
+            total += len(item)
+        else:
+            stack.extend(gc.get_referents(item))
+    return total
+
+
+async def test_a_streamed_answer_is_held_once_by_its_finished_flow(tmp_path: Path, provider: FakeProvider) -> None:
+    """The answer streamed through the display copy (mitmproxy's stream callback) is the
+    flow's content once it ends, and the flow holds it once: mitmweb keeps every flow."""
+    words = " ".join(f"word{n:04d}-" + "x" * 200 for n in range(400))
+    frames = wire.chat_stream(words)
+    provider.script("primary", Reply.sse(*frames))
+    keeper, view = RulesKeeper(), View()
+    router = Router(keeper)
+    with taddons.context(keeper, router, view) as tctx:
+        tctx.configure(keeper, switchyard_rules=str(rules(tmp_path, provider)))
+        flow = the_flow(provider)
+        view.add([flow])
+        await router.route(flow)
+        async with aiohttp.ClientSession() as session:
+            async with session.post(flow.request.url, headers=dict(flow.request.headers),
+                                    data=flow.request.content) as answer:
+                flow.response = Response.make(answer.status, b"", [(k.encode(), v.encode())
+                                                                   for k, v in answer.headers.items()])
+                await router.responseheaders(flow)
+                assert callable(flow.response.stream)
+                async with asyncio.timeout(10):
+                    async for piece in answer.content.iter_any():  # as mitmproxy streams it
+                        flow.response.stream(piece)
+        router.response(flow)
+        router.done()
+    content = flow.response.content
+    assert content == b"".join(frames)
+    assert len(content) > 80_000
+    assert bytes_held(flow) < len(content) * 1.2  # once, plus the request's and the heads' few bytes

@@ -304,8 +304,10 @@ class Router:
             self._websockets[flow.id] = routed  # its story goes on until the WebSocket ends
             return
         stream = flow.response.stream
-        if isinstance(stream, DisplayCopy) and not flow.response.raw_content:
-            flow.response.content = b"".join(stream.chunks)
+        if isinstance(stream, DisplayCopy):
+            if not flow.response.raw_content:
+                flow.response.content = b"".join(stream.chunks)
+            stream.chunks = []  # held once: mitmweb keeps its flows, and this one keeps its stream callback
         annotate(flow, exchange, self.counters)
         if routed.live is not None:
             routed.live.finish(exchange)  # the attempts not shown yet
