@@ -52,7 +52,9 @@ class _OpenUpstreams:
         self.asked: dict[str, asyncio.Event] = {PRIMARY: asyncio.Event(), BACKUP: asyncio.Event()}
 
     async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None,
-                   sent: Callable[[bool], None] | None = None) -> _OpenAnswer:
+                   sent: Callable[[bool], None] | None = None,
+                   headed: Callable[[_OpenAnswer], None] | None = None) -> _OpenAnswer:
+        """Never tells `headed`: the head comes to the driver as `open` returns it."""
         host = request.url.split("/")[2]
         answer = self.answers[host] = _OpenAnswer()
         self.asked[host].set()
@@ -90,3 +92,48 @@ async def test_the_answer_that_wins_a_hedge_is_the_one_held_back_for_a_slow_clie
     primary.body.end()
     await asyncio.wait_for(run, 10)
     assert client.body == b"".join(frames) and client.producer is None
+
+
+class _HeadToldEarlyUpstreams(_OpenUpstreams):
+    """Tells `headed` at once, as the relay's client does from the read that brought the
+    head, but returns only after `returns` is set: the opening task wakes late."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.returns = asyncio.Event()
+
+    async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None,
+                   sent: Callable[[bool], None] | None = None,
+                   headed: Callable[[_OpenAnswer], None] | None = None) -> _OpenAnswer:
+        answer = await super().open(request, connect_timeout_s=connect_timeout_s, sent=sent)
+        assert headed is not None
+        headed(answer)
+        await self.returns.wait()
+        return answer
+
+
+async def test_a_head_told_in_time_is_no_head_timeout_when_the_opening_task_wakes_past_the_deadline() -> None:
+    """The head was told before `headers_timeout_s`; the task that opened the attempt
+    wakes only after it, into the deadline's TimeoutError.  That is no missing head:
+    the answer streams on, the backup is never asked."""
+    upstreams = _HeadToldEarlyUpstreams()
+    route = Route(name="chat", api="openai-chat", upstreams=(upstream(PRIMARY), upstream(BACKUP)),
+                  settings=AttemptSettings(pre_answer_keepalive_s=0, headers_timeout_s=0.05))
+    body = {"model": "gpt-4o", "stream": True, "messages": []}
+    request = OriginalRequest.of("POST", "https://api.openai.com/v1/chat/completions",
+                                 (("Content-Type", "application/json"),), json.dumps(body).encode(), body)
+    client = RecordingSink()
+    exchange = Exchange(route, request)
+    run = asyncio.ensure_future(Driver(ExchangeMachine(exchange, client), upstreams).run())
+    await asyncio.wait_for(upstreams.asked[PRIMARY].wait(), 10)
+    primary, frames = upstreams.answers[PRIMARY], wire.chat_stream("answer from primary")
+    primary.body.feed(b"".join(frames[:2]))
+    await asyncio.sleep(0.2)  # past the head's deadline, the opening task still asleep
+    upstreams.returns.set()
+    await asyncio.sleep(0.01)
+    primary.body.feed(b"".join(frames[2:]))
+    primary.body.end()
+    await asyncio.wait_for(run, 10)
+    assert client.status == 200 and client.body == b"".join(frames) and not client.cut
+    assert not upstreams.asked[BACKUP].is_set()
+    assert exchange.outcome == "committed" and [a.upstream for a in exchange.attempts] == ["primary"]

@@ -57,7 +57,10 @@ class ScriptedUpstreams:
     requests: list[UpstreamRequest] = field(default_factory=list)
 
     async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None,
-                   sent: Callable[[bool], None] | None = None) -> _Answer:
+                   sent: Callable[[bool], None] | None = None,
+                   headed: Callable[[_Answer], None] | None = None) -> _Answer:
+        """`headed` is told of each answer before it is returned, as the relay's client
+        tells it from the read that brought the head."""
         host = request.url.split("/")[2]
         self.calls.append(host)
         self.requests.append(request)
@@ -66,7 +69,10 @@ class ScriptedUpstreams:
             raise reply
         if sent is not None:
             sent(True)
-        return _Answer(reply)
+        answer = _Answer(reply)
+        if headed is not None:
+            headed(answer)
+        return answer
 
 
 class RecordingSink:

@@ -193,19 +193,31 @@ class Driver:
     async def _open_http(self, command: Open) -> None:
         number = command.attempt
         machine = self.machine
+        headed: list[Answer] = []  # told from the connection's read of the head, a loop pass before this task wakes
+
+        def head(answer: Answer) -> None:
+            headed.append(answer)
+            self._headed(number, answer)
+
         try:
             async with asyncio.timeout_at(_loop_time(command.head_by)):
                 answer = await self.http.open(command.request, connect_timeout_s=command.connect_s,
-                                              sent=lambda on_connection: machine.sent(number, on_connection, now()))
+                                              sent=lambda on_connection: machine.sent(number, on_connection, now()),
+                                              headed=head)
         except (ConnectTimeout, TimeoutError, OSError) as exc:  # OSError: refused, unreachable, TLS, reset, not HTTP
-            self._no_head(number, exc)
+            if not headed:  # (a head told already was in time: the deadline fell before this task woke)
+                self._no_head(number, exc)
             return
+        if not headed:
+            self._headed(number, answer)
+
+    def _headed(self, number: int, answer: Answer) -> None:
         reading = self._reading.get(number)
-        if reading is None or machine.attempt(number) is None:
+        if reading is None or self.machine.attempt(number) is None:
             answer.close()  # stopped meanwhile
             return
         reading.answer = answer
-        self._event(lambda: machine.opened(number, answer.status, answer.headers, now()))
+        self._event(lambda: self.machine.opened(number, answer.status, answer.headers, now()))
 
     async def _open_socket(self, command: Open) -> None:
         number = command.attempt
@@ -226,8 +238,7 @@ class Driver:
         self._event(lambda: machine.opened(number, 101, {}, now()))
 
     def _no_head(self, number: int, failure: BaseException) -> None:
-        """An open that brought no head: told as the core reads it (a connect timeout, no
-        head in time, or a transport failure)."""
+        """An open that brought no head (no connection in time, no head in time, a failure)."""
         if isinstance(failure, ConnectTimeout):
             self._event(lambda: self.machine.open_failed(number, "connect_timeout", None, now()))
         elif isinstance(failure, TimeoutError):
@@ -382,7 +393,6 @@ def _loop_time(deadline: float | None) -> float | None:
     if deadline is None:
         return None
     return asyncio.get_running_loop().time() + (deadline - time.monotonic())
-
 
 
 def _reraise(failure: BaseException) -> list[Command]:

@@ -99,12 +99,16 @@ class UpstreamClient:
         return self._proxy is not None
 
     async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None,
-                   sent: Callable[[bool], None] | None = None) -> UpstreamAnswer:
+                   sent: Callable[[bool], None] | None = None,
+                   headed: Callable[[UpstreamAnswer], None] | None = None) -> UpstreamAnswer:
         """Send the request; returns once the response headers arrived.
 
         `sent(True)` is called once the request is on a connection, `sent(False)` when
         a stale pooled connection sends it to a new one: a failure after that point is
-        not a connect failure, and the log says which it was."""
+        not a connect failure, and the log says which it was.  `headed(answer)` is
+        called from the read that completes the head, a loop pass before this returns
+        the same answer: under a burst that pass is every other flow's work
+        (docs/architecture.md, "Speed")."""
         scheme, host, port, authority, target = _aimed(request.url)
         # the socket goes to the address where one is known, TLS asks for the name (and the
         # pool keeps both: an address may serve several names)
@@ -119,11 +123,19 @@ class UpstreamClient:
             connection = self._pool.take(key)
             if connection is None:
                 connection = await self._connect(key, connect_timeout_s)
+            told: list[UpstreamAnswer] = []
+
+            def on_head(read: UpstreamAnswer) -> None:
+                told.append(_as_kept(read, request))
+                if headed is not None:
+                    headed(read)
+
+            answer = connection.send(head, request.body, request.method, on_head if headed is not None else None)
             try:
-                answer = connection.send(head, request.body, request.method)
                 if sent is not None:
                     sent(True)
-                return _as_kept(await answer, request)
+                read = await answer
+                return read if told else _as_kept(read, request)
             except ConnectionBroke:
                 if connection.reused and not connection.received_any:
                     if sent is not None:
@@ -131,7 +143,8 @@ class UpstreamClient:
                     continue  # a pooled connection the upstream had just closed: it never saw the request
                 raise
             except BaseException:
-                connection.abort()
+                if not answer.done() or answer.cancelled() or answer.exception() is not None:
+                    connection.abort()  # (a head read is the answer's: `UpstreamAnswer.close` ends it)
                 raise
 
     async def _connect(self, key: Key, timeout_s: float | None) -> UpstreamConnection:

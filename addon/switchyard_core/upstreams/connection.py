@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import re
+from collections.abc import Callable
 from typing import Protocol, cast
 
 import httptools
@@ -99,8 +100,10 @@ class UpstreamConnection(asyncio.Protocol):
             too_much = response.overflow()
             if too_much is not None:
                 response.broke(too_much)
-                return
-            response.deliver()
+            else:
+                response.deliver()
+        if response.on_head is not None and response.answer is not None:
+            response.announce()  # after the read's body went to it: the answer as a later pass would find it
 
     def eof_received(self) -> bool:
         self.state = State.CLOSED
@@ -141,10 +144,12 @@ class UpstreamConnection(asyncio.Protocol):
 
     # --- the client's side -----------------------------------------------------------
 
-    def send(self, head: bytes, body: bytes, method: str) -> asyncio.Future[UpstreamAnswer]:
+    def send(self, head: bytes, body: bytes, method: str,
+             on_head: Callable[[UpstreamAnswer], None] | None = None) -> asyncio.Future[UpstreamAnswer]:
+        """The answer's head comes to the future, and to `on_head` from the read that completed it."""
         assert self.transport is not None
         self.state = State.ACTIVE
-        response = self._response = ResponseReader(self, method)
+        response = self._response = ResponseReader(self, method, on_head)
         self.received_any = False
         if self.transport.is_reading() is False:
             self.transport.resume_reading()

@@ -303,10 +303,13 @@ class Upstreams(Protocol):
     """Where attempts go: the relay's `UpstreamClient`, or a test's scripted stand-in.
 
     `sent(True)` once the request is on a connection, `sent(False)` when it moves
-    to a fresh one (see `UpstreamClient.open`)."""
+    to a fresh one (see `UpstreamClient.open`).  `headed`, where given, may be
+    called with the answer as soon as its head is read, before `open` returns it
+    (the same answer): one loop pass sooner."""
 
     async def open(self, request: UpstreamRequest, *, connect_timeout_s: float | None,
-                   sent: Callable[[bool], None] | None = None) -> Answer: ...
+                   sent: Callable[[bool], None] | None = None,
+                   headed: Callable[[Answer], None] | None = None) -> Answer: ...
 
 
 async def read_bounded(answer: Answer, limit: int, timeout_s: float | None) -> tuple[bytes, bool]:

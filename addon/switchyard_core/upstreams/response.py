@@ -14,6 +14,7 @@ import asyncio
 import enum
 import functools
 import re
+from collections.abc import Callable
 from typing import NamedTuple, Protocol, cast
 
 import httptools
@@ -93,11 +94,13 @@ class Phase(enum.Enum):
 class ResponseReader:
     """One request's answer, read off its connection by httptools' callbacks."""
 
-    __slots__ = ("connection", "parser", "method", "request", "head", "headers", "pieces", "answer", "decoder",
-                 "phase", "until_close", "keep_alive", "unframed", "problem", "held", "backlog", "drain")
+    __slots__ = ("connection", "parser", "method", "request", "head", "on_head", "headers", "pieces", "answer",
+                 "decoder", "phase", "until_close", "keep_alive", "unframed", "problem", "held", "backlog", "drain")
 
-    def __init__(self, connection: Carrier, method: str) -> None:
+    def __init__(self, connection: Carrier, method: str,
+                 on_head: Callable[[UpstreamAnswer], None] | None = None) -> None:
         self.connection = connection
+        self.on_head = on_head  # told once, by `announce`, after the read that completed the head
         self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         # about as forgiving as mitmproxy's own reader: bare-LF line ends in the head, a
         # header folded onto a second line (obs-fold) or holding a control character,
@@ -223,6 +226,14 @@ class ResponseReader:
 
     # --- the connection's side -------------------------------------------------------
 
+    def announce(self) -> None:
+        """The head to `on_head`, once: called by the connection after the read that
+        completed it was parsed and delivered, outside httptools' callbacks."""
+        on_head, answer = self.on_head, self.answer
+        self.on_head = None
+        if on_head is not None and answer is not None:
+            on_head(answer)
+
     def deliver(self, decode: bool = True) -> None:
         """What one read brought of the body, to the body, in one piece.
 
@@ -278,6 +289,7 @@ class ResponseReader:
     def broke(self, what: str) -> None:
         error = ConnectionBroke(what)
         if not self.head.done():
+            self.on_head = None
             self.head.set_exception(error)
         elif self.answer is not None and self.phase is not Phase.DONE:
             self.deliver(decode=False)  # what came before the break comes first
@@ -289,6 +301,7 @@ class ResponseReader:
         """The connection ended: a FIN (`clean`) or a reset.  Only a clean close
         ends a body that has neither a length nor chunks."""
         if not self.head.done():
+            self.on_head = None
             self.head.set_exception(ConnectionBroke("connection reset"))
             return
         answer = self.answer
