@@ -33,6 +33,14 @@ async def test_an_attempt_whose_io_raises_what_no_event_reports_still_ends_the_e
     assert exchange.outcome == "internal_error"
 
 
+def chat_exchange(settings: AttemptSettings) -> Exchange:
+    """A streamed Chat Completions request, routed to the primary then the backup."""
+    route = Route(name="chat", api="openai-chat", upstreams=(upstream(PRIMARY), upstream(BACKUP)), settings=settings)
+    body = {"model": "gpt-4o", "stream": True, "messages": []}
+    return Exchange(route, OriginalRequest.of("POST", "https://api.openai.com/v1/chat/completions",
+                                              (("Content-Type", "application/json"),), json.dumps(body).encode(), body))
+
+
 class _OpenAnswer:
     """A stream whose body the test feeds as it goes."""
 
@@ -75,13 +83,9 @@ async def test_the_answer_that_wins_a_hedge_is_the_one_held_back_for_a_slow_clie
     the winner's must be the one paused while the client cannot keep up, or a slow
     client makes the relay buffer the whole answer."""
     upstreams = _OpenUpstreams()
-    route = Route(name="chat", api="openai-chat", upstreams=(upstream(PRIMARY), upstream(BACKUP)),
-                  settings=AttemptSettings(pre_answer_keepalive_s=0, hedge_after_s=0.01))
-    body = {"model": "gpt-4o", "stream": True, "messages": []}
-    request = OriginalRequest.of("POST", "https://api.openai.com/v1/chat/completions",
-                                 (("Content-Type", "application/json"),), json.dumps(body).encode(), body)
     client = _PacedClient()
-    run = asyncio.ensure_future(Driver(ExchangeMachine(Exchange(route, request), client), upstreams).run())
+    exchange = chat_exchange(AttemptSettings(pre_answer_keepalive_s=0, hedge_after_s=0.01))
+    run = asyncio.ensure_future(Driver(ExchangeMachine(exchange, client), upstreams).run())
     await asyncio.wait_for(upstreams.asked[BACKUP].wait(), 10)  # the hedge, beside a silent primary
     await asyncio.sleep(0)  # its head is read and its body piped
     primary, frames = upstreams.answers[PRIMARY], wire.chat_stream("answer from primary")
@@ -117,13 +121,8 @@ async def test_a_head_told_in_time_is_no_head_timeout_when_the_opening_task_wake
     wakes only after it, into the deadline's TimeoutError.  That is no missing head:
     the answer streams on, the backup is never asked."""
     upstreams = _HeadToldEarlyUpstreams()
-    route = Route(name="chat", api="openai-chat", upstreams=(upstream(PRIMARY), upstream(BACKUP)),
-                  settings=AttemptSettings(pre_answer_keepalive_s=0, headers_timeout_s=0.05))
-    body = {"model": "gpt-4o", "stream": True, "messages": []}
-    request = OriginalRequest.of("POST", "https://api.openai.com/v1/chat/completions",
-                                 (("Content-Type", "application/json"),), json.dumps(body).encode(), body)
     client = RecordingSink()
-    exchange = Exchange(route, request)
+    exchange = chat_exchange(AttemptSettings(pre_answer_keepalive_s=0, headers_timeout_s=0.05))
     run = asyncio.ensure_future(Driver(ExchangeMachine(exchange, client), upstreams).run())
     await asyncio.wait_for(upstreams.asked[PRIMARY].wait(), 10)
     primary, frames = upstreams.answers[PRIMARY], wire.chat_stream("answer from primary")

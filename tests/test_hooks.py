@@ -327,6 +327,9 @@ def test_faults_in_the_file_are_announced_at_load_and_listed_by_status(
 # --- the flow view: what mitmweb and the console show -------------------------------------
 
 
+READ_SIZE = 4096  # the pieces `play` streams a body in
+
+
 async def play(router: Router, flow: tflow.HTTPFlow, *, reload_after_routing: bool = False) -> bytes:
     """mitmproxy's part, played by the test: the hooks in order, the re-aimed request
     sent to the relay, its answer handed back.  Returns the body the client got.
@@ -341,7 +344,12 @@ async def play(router: Router, flow: tflow.HTTPFlow, *, reload_after_routing: bo
             body = await answer.read()
             flow.response = Response.make(answer.status, b"", [(k.encode(), v.encode()) for k, v in answer.headers.items()])
     await router.responseheaders(flow)
-    flow.response.content = body
+    stream = flow.response.stream
+    if callable(stream):  # streamed as mitmproxy streams it: through the callback a read at a time, no content
+        for start in range(0, len(body), READ_SIZE):
+            stream(body[start:start + READ_SIZE])
+    else:
+        flow.response.content = body
     router.response(flow)
     return body
 

@@ -230,29 +230,10 @@ def bytes_held(root: object) -> int:
 async def test_a_streamed_answer_is_held_once_by_its_finished_flow(tmp_path: Path, provider: FakeProvider) -> None:
     """The answer streamed through the display copy (mitmproxy's stream callback) is the
     flow's content once it ends, and the flow holds it once: mitmweb keeps every flow."""
-    words = " ".join(f"word{n:04d}-" + "x" * 200 for n in range(400))
-    frames = wire.chat_stream(words)
+    frames = wire.chat_stream(" ".join(f"word{n:04d}-" + "x" * 200 for n in range(400)))
     provider.script("primary", Reply.sse(*frames))
-    keeper, view = RulesKeeper(), View()
-    router = Router(keeper)
-    with taddons.context(keeper, router, view) as tctx:
-        tctx.configure(keeper, switchyard_rules=str(rules(tmp_path, provider)))
-        flow = the_flow(provider)
-        view.add([flow])
-        await router.route(flow)
-        async with aiohttp.ClientSession() as session:
-            async with session.post(flow.request.url, headers=dict(flow.request.headers),
-                                    data=flow.request.content) as answer:
-                flow.response = Response.make(answer.status, b"", [(k.encode(), v.encode())
-                                                                   for k, v in answer.headers.items()])
-                await router.responseheaders(flow)
-                assert callable(flow.response.stream)
-                async with asyncio.timeout(10):
-                    async for piece in answer.content.iter_any():  # as mitmproxy streams it
-                        flow.response.stream(piece)
-        router.response(flow)
-        router.done()
-    content = flow.response.content
-    assert content == b"".join(frames)
-    assert len(content) > 80_000
-    assert bytes_held(flow) < len(content) * 1.2  # once, plus the request's and the heads' few bytes
+    flow = the_flow(provider)
+    body, _ = await played(rules(tmp_path, provider), flow)
+    assert body == flow.response.content == b"".join(frames)
+    assert len(body) > 80_000
+    assert bytes_held(flow) < len(body) * 1.2  # once, plus the request's and the heads' few bytes
