@@ -130,8 +130,9 @@ class UpstreamClient:
                 if headed is not None:
                     headed(read)
 
-            answer = connection.send(head, request.body, request.method, on_head if headed is not None else None)
+            answer: asyncio.Future[UpstreamAnswer] | None = None
             try:
+                answer = connection.send(head, request.body, request.method, on_head if headed is not None else None)
                 if sent is not None:
                     sent(True)
                 read = await answer
@@ -143,7 +144,7 @@ class UpstreamClient:
                     continue  # a pooled connection the upstream had just closed: it never saw the request
                 raise
             except BaseException:
-                if not answer.done() or answer.cancelled() or answer.exception() is not None:
+                if answer is None or not answer.done() or answer.cancelled() or answer.exception() is not None:
                     connection.abort()  # (a head read is the answer's: `UpstreamAnswer.close` ends it)
                 raise
 
