@@ -7,17 +7,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from switchyard_core.attempts import Driver, ExchangeMachine
+from switchyard_core.attempts.commands import Command
 from switchyard_core.exchange import Exchange, OriginalRequest
 from switchyard_core.rules import AttemptSettings, Route
 from switchyard_core.upstreams.body import Body
 from switchyard_core.upstreams.messages import UpstreamRequest
 
 from tests.support import wire
-from tests.support.loop_playbook import RecordingSink, ScriptedUpstreams, play, upstream
+from tests.support.loop_playbook import RecordingSink, Scripted, ScriptedUpstreams, play, upstream
 
 PRIMARY, BACKUP = "primary.example", "backup.example"
 
@@ -136,3 +138,25 @@ async def test_a_head_told_in_time_is_no_head_timeout_when_the_opening_task_wake
     assert client.status == 200 and client.body == b"".join(frames) and not client.cut
     assert not upstreams.asked[BACKUP].is_set()
     assert exchange.outcome == "committed" and [a.upstream for a in exchange.attempts] == ["primary"]
+
+
+class _HeadCountingMachine(ExchangeMachine):
+    """The real machine, counting the heads it was told of."""
+
+    heads = 0
+
+    def opened(self, *args: Any, **kwargs: Any) -> list[Command]:
+        self.heads += 1
+        return super().opened(*args, **kwargs)
+
+
+async def test_a_head_told_before_open_returns_reaches_the_core_once() -> None:
+    """The scripted upstream tells the head as the relay's client does, before `open`
+    returns the same answer: the core hears of it once, and the client gets it once."""
+    frames = wire.chat_stream("answer from primary")
+    upstreams = ScriptedUpstreams({PRIMARY: [Scripted(pieces=[b"".join(frames)])]})
+    client = RecordingSink()
+    machine = _HeadCountingMachine(chat_exchange(AttemptSettings(pre_answer_keepalive_s=0)), client)
+    await asyncio.wait_for(Driver(machine, upstreams).run(), 10)
+    assert machine.heads == 1
+    assert client.status == 200 and client.body == b"".join(frames)

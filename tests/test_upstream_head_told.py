@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from switchyard_core.upstreams.client import UpstreamClient
-from switchyard_core.upstreams.connection import UpstreamAnswer
+from switchyard_core.upstreams.connection import UpstreamAnswer, UpstreamConnection
 from switchyard_core.upstreams.messages import ConnectionBroke, UpstreamRequest
 
 from tests.support.scripted_server import WAIT_S, Peer, Server, answering, response
@@ -42,14 +42,14 @@ async def body_of(answer: UpstreamAnswer) -> bytes:
 
 
 async def test_the_head_is_told_once_from_the_read_before_open_returns_it_as_kept(client: UpstreamClient) -> None:
-    """Told outside any task (from the connection's read), before `open` returns, after
-    that read's body went to the answer, and with its head as Switchyard keeps
-    it: a cookie set by another origin is not in it."""
+    """Told outside any task (from the connection's read), before `open` returns, and
+    with its head as Switchyard keeps it: a cookie set by another origin is not in
+    it, even as it is told."""
     told: list[tuple[UpstreamAnswer, bool, bool, bool]] = []
     returned = False
 
     def headed(answer: UpstreamAnswer) -> None:
-        told.append((answer, returned, asyncio.current_task() is None, answer.body.ended))
+        told.append((answer, returned, asyncio.current_task() is None, "set-cookie" in answer.headers))
 
     reply = response(headers=[("Set-Cookie", "session=abc"), ("X-Kept", "yes")], body=b"all of it")
     async with Server(answering(reply)) as server:
@@ -59,9 +59,9 @@ async def test_the_head_is_told_once_from_the_read_before_open_returns_it_as_kep
         returned = True
         assert await body_of(answer) == b"all of it"
     assert len(told) == 1
-    told_answer, open_had_returned, outside_a_task, body_read_then = told[0]
+    told_answer, open_had_returned, outside_a_task, cookie_when_told = told[0]
     assert told_answer is answer and not open_had_returned and outside_a_task
-    assert body_read_then  # the one read held the whole answer: told after it went to the body
+    assert not cookie_when_told  # kept as Switchyard keeps heads before anyone saw it
     assert "set-cookie" not in answer.headers and answer.headers["x-kept"] == "yes"
 
 
@@ -106,3 +106,37 @@ async def test_a_task_stopped_after_its_head_was_read_leaves_the_connection_to_t
             second = await client.open(UpstreamRequest("GET", server.url("/two"), (), b""), connect_timeout_s=WAIT_S)
         assert await body_of(second) == b"second"
         assert server.accepts == 1
+
+
+async def test_without_headed_a_task_stopped_after_its_head_was_read_aborts_the_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nobody was told of that head, so nobody holds the answer: its connection must
+    not be left open and busy.  The race (the task cancelled in the very pass its head
+    was read, before it woke) is hit by cancelling it right after the real read."""
+    client = UpstreamClient()
+    tasks: list[asyncio.Task[UpstreamAnswer]] = []
+    connections: list[UpstreamConnection] = []
+    read = UpstreamConnection.data_received
+
+    def then_cancel(self: UpstreamConnection, data: bytes) -> None:
+        read(self, data)
+        connections.append(self)
+        if not tasks[0].done():
+            tasks[0].cancel()
+
+    async def streaming(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        await peer.wait_closed_by_client()
+
+    monkeypatch.setattr(UpstreamConnection, "data_received", then_cancel)
+    try:
+        async with Server(streaming) as server:
+            tasks.append(asyncio.create_task(client.open(UpstreamRequest("GET", server.url(), (), b""),
+                                                         connect_timeout_s=WAIT_S)))
+            with pytest.raises(asyncio.CancelledError):
+                async with asyncio.timeout(WAIT_S):
+                    await tasks[0]
+            assert connections and connections[0].closed
+    finally:
+        client.close()

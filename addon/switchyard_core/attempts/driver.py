@@ -28,7 +28,7 @@ from .client_stream import ClientSink, HeldSink
 from .commands import CloseClient, Command, Expect, Finished, Inject, Open, Pipe, Read, Stop, Timer, TimerName, UseHttp
 from .faulty_answer import FaultyAnswer
 from .machine import ExchangeMachine
-from .timers import AttemptTimer
+from .timers import AttemptTimer, loop_time
 
 now = time.monotonic
 
@@ -197,10 +197,14 @@ class Driver:
 
         def head(answer: Answer) -> None:
             headed.append(answer)
-            self._headed(number, answer)
+            try:
+                self._headed(number, answer)
+            except Exception as exc:  # noqa: BLE001 -- as in a task (`_task_done`): this exchange's, not the read's
+                if not self._done.done():
+                    self._event(lambda: _reraise(exc))
 
         try:
-            async with asyncio.timeout_at(_loop_time(command.head_by)):
+            async with asyncio.timeout_at(loop_time(command.head_by)):
                 answer = await self.http.open(command.request, connect_timeout_s=command.connect_s,
                                               sent=lambda on_connection: machine.sent(number, on_connection, now()),
                                               headed=head)
@@ -226,7 +230,7 @@ class Driver:
         upstream = machine.attempt(number)
         name = upstream.upstream.name if upstream is not None else ""
         try:
-            async with asyncio.timeout_at(_loop_time(command.head_by)):
+            async with asyncio.timeout_at(loop_time(command.head_by)):
                 await self.sockets.open(number, name, command.request, command.connect_s)
         except Refused as exc:
             refused: Refused = exc
@@ -273,7 +277,7 @@ class Driver:
         error: BaseException | None = None
         complete = timed_out = False
         try:
-            async with asyncio.timeout_at(_loop_time(command.by)):
+            async with asyncio.timeout_at(loop_time(command.by)):
                 while True:
                     chunk, error = await answer.body.read_some()
                     if error is not None:
@@ -385,14 +389,7 @@ class Driver:
             handle.cancel()
         if at is not None:
             self._timers[name] = asyncio.get_running_loop().call_at(
-                _loop_time(at) or 0.0, lambda: self._event(lambda: self.machine.due(name, now())))
-
-
-def _loop_time(deadline: float | None) -> float | None:
-    """A time.monotonic() deadline on the event loop's clock, for asyncio.timeout_at."""
-    if deadline is None:
-        return None
-    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
+                loop_time(at) or 0.0, lambda: self._event(lambda: self.machine.due(name, now())))
 
 
 def _reraise(failure: BaseException) -> list[Command]:

@@ -66,3 +66,10 @@ class AttemptTimer:
                 self._handle = self._loop.call_at(self._by, self._fire)
             return
         self._due()
+
+
+def loop_time(deadline: float | None) -> float | None:
+    """A time.monotonic() deadline on the event loop's clock, for asyncio.timeout_at."""
+    if deadline is None:
+        return None
+    return asyncio.get_running_loop().time() + (deadline - monotonic())

@@ -130,7 +130,6 @@ class UpstreamClient:
                 if headed is not None:
                     headed(read)
 
-            answer: asyncio.Future[UpstreamAnswer] | None = None
             try:
                 answer = connection.send(head, request.body, request.method, on_head if headed is not None else None)
                 if sent is not None:
@@ -144,8 +143,8 @@ class UpstreamClient:
                     continue  # a pooled connection the upstream had just closed: it never saw the request
                 raise
             except BaseException:
-                if answer is None or not answer.done() or answer.cancelled() or answer.exception() is not None:
-                    connection.abort()  # (a head read is the answer's: `UpstreamAnswer.close` ends it)
+                if not told:
+                    connection.abort()  # (a head told is the caller's answer: `UpstreamAnswer.close` ends it)
                 raise
 
     async def _connect(self, key: Key, timeout_s: float | None) -> UpstreamConnection:

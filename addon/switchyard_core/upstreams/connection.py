@@ -103,7 +103,8 @@ class UpstreamConnection(asyncio.Protocol):
             else:
                 response.deliver()
         if response.on_head is not None and response.answer is not None:
-            response.announce()  # after the read's body went to it: the answer as a later pass would find it
+            # last: what it sets off may stop this connection or, once it is pooled again, send on it
+            response.announce()
 
     def eof_received(self) -> bool:
         self.state = State.CLOSED
