@@ -102,7 +102,7 @@ class UpstreamConnection(asyncio.Protocol):
                 response.broke(too_much)
             else:
                 response.deliver()
-        if response.on_head is not None and response.answer is not None:
+        if response.on_head is not None:
             # last: what it sets off may stop this connection or, once it is pooled again, send on it
             response.announce()
 

@@ -227,11 +227,11 @@ class ResponseReader:
     # --- the connection's side -------------------------------------------------------
 
     def announce(self) -> None:
-        """The head to `on_head`, once: called by the connection after the read that
-        completed it was parsed and delivered, outside httptools' callbacks."""
+        """The head to `on_head`, once it is read: called by the connection after each
+        read that finds `on_head` still waiting, outside httptools' callbacks."""
         on_head, answer = self.on_head, self.answer
-        self.on_head = None
         if on_head is not None and answer is not None:
+            self.on_head = None
             on_head(answer)
 
     def deliver(self, decode: bool = True) -> None:
